@@ -1,0 +1,33 @@
+"""Ask the optimizer for launch candidates (it reads the catalog, so it is an activity)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from orch.failover_rules import Blocklist, Candidate
+from orch.optimizer import OptimizerError, plan
+from orch.records import Placement
+from orch.spec import Task
+
+
+class PlanRequest(BaseModel):
+    task: Task
+    blocklist: Blocklist = Field(default_factory=Blocklist)
+    placement: Placement | None = None  # an existing cluster relaunches only where it lives
+
+
+@activity.defn
+def plan_candidates(request: PlanRequest) -> list[Candidate]:
+    task = request.task
+    if request.placement is not None:
+        pinned = {"cloud": request.placement.cloud, "region": request.placement.region}
+        if request.placement.zone:
+            pinned["zone"] = request.placement.zone
+        resources = task.resources.model_copy(update=pinned)
+        task = task.model_copy(update={"resources": resources})
+    try:
+        return plan(task, blocklist=request.blocklist)
+    except OptimizerError as exc:
+        raise ApplicationError(str(exc), type="NoCandidatesError", non_retryable=True) from exc

@@ -1,0 +1,220 @@
+"""Activities on the nodes: reach them, start Ray, sync files, run setup, submit jobs.
+
+Work on several nodes runs in threads while the activity's own thread heartbeats, so a
+worker that dies mid-call is noticed within the heartbeat timeout and the call retried.
+Every step is idempotent: Ray is not started twice, a job id is not submitted twice.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, Field
+from temporalio import activity
+
+from activities.errors import typed_errors
+from orch.clouds.base import ClusterInfo, NodeInfo
+from orch.clouds.errors import SetupError
+from orch.runtime.jobs import WORKDIR, JobRecord, JobSpec
+from orch.runtime.runner import CommandError, NodeUnreachableError, runner_for
+
+T = TypeVar("T")
+
+
+def on_every_node(nodes: list[NodeInfo], fn: Callable[[int, NodeInfo], T]) -> list[T]:
+    """Run ``fn(rank, node)`` for every node in parallel, heartbeating until all are done."""
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(nodes)))) as pool:
+        futures: list[Future[T]] = [pool.submit(fn, rank, n) for rank, n in enumerate(nodes)]
+        while not all(f.done() for f in futures):
+            activity.heartbeat()
+            time.sleep(0.2)
+        return [f.result() for f in futures]
+
+
+def _node_cli(node: NodeInfo, module: str, args: str) -> str:
+    return f"{shlex.quote(node.python)} -m orch.runtime.{module} {args}"
+
+
+class NodesRequest(BaseModel):
+    info: ClusterInfo
+    timeout_s: float = 600
+
+
+@activity.defn
+@typed_errors
+def wait_for_nodes(request: NodesRequest) -> None:
+    """Wait until every node answers a command (SSH up, sandbox present)."""
+    deadline = time.monotonic() + request.timeout_s
+
+    def reach(rank: int, node: NodeInfo) -> None:
+        delay = 1.0
+        while True:
+            try:
+                with runner_for(node) as runner:
+                    runner.check("true", timeout=60)
+                return
+            except (NodeUnreachableError, CommandError):
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 15)
+
+    on_every_node(request.info.nodes, reach)
+
+
+@activity.defn
+@typed_errors
+def setup_runtime(request: NodesRequest) -> None:
+    """Make sure every node has Ray and orch's node package importable."""
+
+    def check(rank: int, node: NodeInfo) -> None:
+        with runner_for(node) as runner:
+            result = runner.run(f"{shlex.quote(node.python)} -c 'import ray, orch.runtime.jobs'")
+            if not result.ok:
+                raise SetupError(
+                    f"node {node.instance_id} lacks Ray or orch's node package", result.tail
+                )
+
+    on_every_node(request.info.nodes, check)
+
+
+class StartRayRequest(BaseModel):
+    info: ClusterInfo
+
+
+@activity.defn
+@typed_errors
+def start_ray(request: StartRayRequest) -> str:
+    """Start Ray on the head, then on the workers; returns the head's GCS address."""
+    nodes = request.info.nodes
+
+    def start(node: NodeInfo, head_address: str | None) -> str:
+        args = f"start --ip {node.internal_ip} --cpus {max(1, int(node.cpus))}"
+        args += f" --gpus {sum(node.gpus.values())}"
+        if head_address:
+            args += f" --head-address {head_address}"
+        with runner_for(node) as runner:
+            result = runner.check(_node_cli(node, "ray_node", args), timeout=300)
+        return str(json.loads(result.tail.splitlines()[-1])["gcs_address"])
+
+    gcs_address = on_every_node(nodes[:1], lambda _, head: start(head, None))[0]
+    on_every_node(nodes[1:], lambda _, worker: start(worker, gcs_address))
+    return gcs_address
+
+
+class SyncRequest(BaseModel):
+    info: ClusterInfo
+    workdir: str | None = None
+    file_mounts: dict[str, str] = Field(default_factory=dict)
+
+
+@activity.defn
+@typed_errors
+def sync_files(request: SyncRequest) -> None:
+    """Copy the workdir to ``~/sky_workdir`` and each file mount to its path, on every node."""
+
+    def sync(rank: int, node: NodeInfo) -> None:
+        with runner_for(node) as runner:
+            if request.workdir:
+                runner.upload(request.workdir, WORKDIR)
+            for remote, local in request.file_mounts.items():
+                runner.upload(local, remote)
+
+    on_every_node(request.info.nodes, sync)
+
+
+class SetupRequest(BaseModel):
+    info: ClusterInfo
+    cluster_name: str
+    setup: str
+    envs: dict[str, str] = Field(default_factory=dict)
+    job_id: int | None = None
+    job_name: str | None = None
+
+
+def node_envs(info: ClusterInfo, cluster_name: str, rank: int) -> dict[str, str]:
+    ips = "\n".join(n.internal_ip for n in info.nodes)
+    return {
+        "ORCH_NODE_RANK": str(rank),
+        "ORCH_NODE_IPS": ips,
+        "ORCH_NUM_NODES": str(len(info.nodes)),
+        "ORCH_CLUSTER_NAME": cluster_name,
+        "SKYPILOT_NODE_RANK": str(rank),
+        "SKYPILOT_NODE_IPS": ips,
+        "SKYPILOT_NUM_NODES": str(len(info.nodes)),
+    }
+
+
+@activity.defn
+@typed_errors
+def run_setup(request: SetupRequest) -> None:
+    """Run the task's setup on every node. On failure the job is recorded FAILED_SETUP on
+    the head (with the setup's last lines as its log) and SetupError is raised."""
+
+    def setup(rank: int, node: NodeInfo):
+        env = {**request.envs, **node_envs(request.info, request.cluster_name, rank)}
+        command = f"cd {WORKDIR} 2>/dev/null || cd ~; {request.setup}"
+        with runner_for(node) as runner:
+            return runner.run(command, env=env)
+
+    results = on_every_node(request.info.nodes, setup)
+    failed = [(rank, r) for rank, r in enumerate(results) if not r.ok]
+    if not failed:
+        return
+    rank, result = failed[0]
+    tail = "\n".join(f"(setup, rank={rank}) {line}" for line in result.tail.splitlines())
+    if request.job_id is not None:
+        head = request.info.nodes[0]
+        with runner_for(head) as runner, tempfile.TemporaryDirectory() as tmp:
+            output = Path(tmp) / "setup.log"
+            output.write_text(tail)
+            remote = f".orch-node/setup-{request.job_id}.log"
+            runner.upload(str(output), remote)
+            name = f" --name {shlex.quote(request.job_name)}" if request.job_name else ""
+            runner.check(_node_cli(
+                head, "jobs", f"setup-failed {request.job_id}{name} --output-file ~/{remote}"
+            ))
+    raise SetupError(
+        f"setup failed on rank {rank} ({request.info.nodes[rank].instance_id}) with exit code "
+        f"{result.returncode}", tail,
+    )
+
+
+class SubmitRequest(BaseModel):
+    head: NodeInfo
+    spec: JobSpec
+
+
+@activity.defn
+@typed_errors
+def submit_job(request: SubmitRequest) -> JobRecord:
+    """Start the job's driver on the head; submitting the same id again is a no-op."""
+    with runner_for(request.head) as runner, tempfile.TemporaryDirectory() as tmp:
+        spec_file = Path(tmp) / "spec.json"
+        spec_file.write_text(request.spec.model_dump_json())
+        remote = f".orch-node/submit-{request.spec.id}.json"
+        runner.upload(str(spec_file), remote)
+        result = runner.check(_node_cli(request.head, "jobs", f"submit ~/{remote}"))
+    return JobRecord.model_validate_json(result.tail.splitlines()[-1])
+
+
+@activity.defn
+@typed_errors
+def stop_ray(request: NodesRequest) -> None:
+    """Stop Ray on every node that answers; best effort (a node that is gone is fine)."""
+
+    def stop(rank: int, node: NodeInfo) -> None:
+        try:
+            with runner_for(node) as runner:
+                runner.run(_node_cli(node, "ray_node", "stop"), timeout=request.timeout_s)
+        except NodeUnreachableError:
+            activity.logger.info("node %s unreachable: Ray not stopped", node.instance_id)
+
+    on_every_node(request.info.nodes, stop)

@@ -1,0 +1,326 @@
+"""The Python API of orch: launch, exec, status, queue, logs, cancel, down.
+
+The only module of ``orch/`` that knows Temporal. Cluster operations are Updates to the
+cluster's entity workflow (``cluster/<name>``), found by its registered name; job output
+and job tables are read from the cluster's head over a command runner, never through
+workflow histories.
+
+    async with await Client.connect() as client:
+        result = await client.launch(load_task("task.yaml"), "hello")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import shlex
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio.client import (
+    Client as TemporalClient,
+)
+from temporalio.client import (
+    RPCError,
+    TLSConfig,
+    WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateStage,
+)
+from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCStatusCode
+
+from orch.clouds.base import NodeInfo
+from orch.config import TASK_QUEUE, TemporalSettings
+from orch.records import (
+    CLUSTER_WORKFLOW,
+    SA_CLOUD,
+    SA_CLUSTER,
+    SA_CLUSTER_STATUS,
+    SA_NUM_NODES,
+    SA_REGION,
+    SA_RESOURCES,
+    ClusterInput,
+    ClusterRecord,
+    DownRequest,
+    ExecRequest,
+    LaunchRequest,
+    LaunchResult,
+    TeardownResult,
+    cluster_workflow_id,
+)
+from orch.runtime.jobs import JobRecord
+from orch.runtime.runner import CommandRunner, runner_for
+from orch.server import ControlPlane
+from orch.spec import Task
+from orch.status import ClusterStatus
+
+CONNECT_TIMEOUT_S = 60
+PROGRESS_POLL_S = 0.5
+
+
+class OrchError(Exception):
+    """An operation orch refused or that failed; ``kind`` is the error's type name."""
+
+    def __init__(self, message: str, kind: str = ""):
+        super().__init__(message)
+        self.kind = kind
+
+
+class ClusterSummary(BaseModel):
+    name: str
+    status: ClusterStatus
+    cloud: str
+    region: str
+    num_nodes: int
+    resources: str
+    launched_at: datetime | None = None
+
+
+async def connect_temporal(settings: TemporalSettings) -> TemporalClient:
+    """Connect with retries (a dev server that just opened its port may not serve yet)."""
+    assert settings.address
+    tls: TLSConfig | bool = False
+    if settings.tls_cert or settings.tls_ca:
+        def read(path: str | None) -> bytes | None:
+            return open(path, "rb").read() if path else None
+        tls = TLSConfig(server_root_ca_cert=read(settings.tls_ca),
+                        client_cert=read(settings.tls_cert),
+                        client_private_key=read(settings.tls_key))
+    api_key = os.environ.get(settings.api_key_env) or None
+    deadline = asyncio.get_running_loop().time() + CONNECT_TIMEOUT_S
+    while True:
+        try:
+            return await TemporalClient.connect(
+                settings.address, namespace=settings.namespace, tls=tls, api_key=api_key,
+                data_converter=pydantic_data_converter,
+            )
+        except RuntimeError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
+def _failure(err: BaseException) -> OrchError:
+    """The user-facing message of a failed update: the innermost ApplicationError."""
+    cause: BaseException | None = err
+    found: ApplicationError | None = None
+    while cause is not None:
+        if isinstance(cause, ApplicationError):
+            found = found or cause
+        cause = cause.__cause__
+    if found is not None:
+        details = found.details[0] if found.details else None
+        message = found.message
+        if isinstance(details, dict) and details.get("tail"):
+            message += "\n" + details["tail"]
+        return OrchError(message, found.type or "")
+    return OrchError(str(err))
+
+
+class Client:
+    def __init__(self, temporal: TemporalClient, task_queue: str = TASK_QUEUE):
+        self.temporal = temporal
+        self.task_queue = task_queue
+        self.ui_url: str | None = None
+
+    @classmethod
+    async def connect(cls, settings: TemporalSettings | None = None) -> Client:
+        """Use ``TEMPORAL_ADDRESS`` when set; otherwise start (or reuse) the embedded
+        control plane under ``$ORCH_HOME``."""
+        settings = settings or TemporalSettings.from_env()
+        ui_url = None
+        if not settings.address:
+            state = await asyncio.to_thread(ControlPlane().ensure)
+            settings = settings.model_copy(update={"address": state.address})
+            ui_url = state.ui_url
+        client = cls(await connect_temporal(settings))
+        client.ui_url = ui_url
+        return client
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Nothing to release today; kept so callers can shut down cleanly (sdk-python#300)."""
+
+    # -- clusters -----------------------------------------------------------------------
+    def _handle(self, cluster: str) -> WorkflowHandle[Any, Any]:
+        return self.temporal.get_workflow_handle(cluster_workflow_id(cluster))
+
+    async def record(self, cluster: str) -> ClusterRecord | None:
+        """The cluster's record, or None when no such cluster is running."""
+        handle = self._handle(cluster)
+        try:
+            description = await handle.describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            return None
+        record: ClusterRecord = await handle.query("record", result_type=ClusterRecord)
+        return None if record.status == ClusterStatus.TERMINATED else record
+
+    async def _require(self, cluster: str) -> ClusterRecord:
+        record = await self.record(cluster)
+        if record is None:
+            raise OrchError(f"cluster {cluster} does not exist", "NoSuchCluster")
+        return record
+
+    async def launch(
+        self,
+        task: Task,
+        cluster: str | None = None,
+        on_step: Callable[[str], None] | None = None,
+    ) -> LaunchResult:
+        """Launch ``task`` on ``cluster`` (created, or reused when UP); returns once the job
+        is submitted. ``on_step`` is told each step as the workflow reports it."""
+        cluster = cluster or f"orch-{secrets.token_hex(3)}"
+        start = WithStartWorkflowOperation(
+            CLUSTER_WORKFLOW,
+            ClusterInput(name=cluster),
+            id=cluster_workflow_id(cluster),
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        try:
+            update = await self.temporal.start_update_with_start_workflow(
+                "launch", LaunchRequest(task=task), start_workflow_operation=start,
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED, result_type=LaunchResult,
+            )
+        except WorkflowUpdateFailedError as err:
+            raise _failure(err) from None
+        return await self._await_with_progress(cluster, update.result(), on_step)
+
+    async def _await_with_progress(self, cluster: str, result_coro, on_step) -> Any:
+        result = asyncio.ensure_future(result_coro)
+        last = None
+        try:
+            while True:
+                done, _ = await asyncio.wait({result}, timeout=PROGRESS_POLL_S)
+                if done:
+                    return result.result()
+                if on_step is None:
+                    continue
+                try:
+                    record = await self._handle(cluster).query(
+                        "record", result_type=ClusterRecord, rpc_timeout=timedelta(seconds=3)
+                    )
+                except RPCError:
+                    continue  # no worker answering right now; the launch goes on
+                if record.step and record.step != last:
+                    last = record.step
+                    on_step(record.step)
+        except WorkflowUpdateFailedError as err:
+            raise _failure(err) from None
+        finally:
+            result.cancel()
+
+    async def exec(self, cluster: str, task: Task) -> int:
+        """Submit ``task``'s run command as a new job on an UP cluster; returns its id."""
+        await self._require(cluster)
+        try:
+            job_id: int = await self._handle(cluster).execute_update(
+                "exec", ExecRequest(task=task), result_type=int
+            )
+        except WorkflowUpdateFailedError as err:
+            raise _failure(err) from None
+        return job_id
+
+    async def down(self, cluster: str, purge: bool = False) -> TeardownResult | None:
+        """Tear the cluster down; None when there is no such cluster (nothing is done)."""
+        if await self.record(cluster) is None:
+            return None
+        try:
+            result: TeardownResult = await self._handle(cluster).execute_update(
+                "down", DownRequest(purge=purge), result_type=TeardownResult
+            )
+        except WorkflowUpdateFailedError as err:
+            raise _failure(err) from None
+        return result
+
+    async def status(self) -> list[ClusterSummary]:
+        """Every live cluster, from one visibility query over search attributes."""
+        query = f"WorkflowType = '{CLUSTER_WORKFLOW}' AND ExecutionStatus = 'Running'"
+        summaries = []
+        async for execution in self.temporal.list_workflows(query):
+            attrs = execution.typed_search_attributes
+            name = attrs.get(SearchAttributeKey.for_keyword(SA_CLUSTER))
+            status = attrs.get(SearchAttributeKey.for_keyword(SA_CLUSTER_STATUS))
+            if not name or not status or status == ClusterStatus.TERMINATED:
+                continue
+            summaries.append(ClusterSummary(
+                name=name,
+                status=ClusterStatus(status),
+                cloud=attrs.get(SearchAttributeKey.for_keyword(SA_CLOUD)) or "",
+                region=attrs.get(SearchAttributeKey.for_keyword(SA_REGION)) or "",
+                num_nodes=attrs.get(SearchAttributeKey.for_int(SA_NUM_NODES)) or 0,
+                resources=attrs.get(SearchAttributeKey.for_keyword(SA_RESOURCES)) or "",
+                launched_at=execution.start_time,
+            ))
+        return sorted(summaries, key=lambda s: s.name)
+
+    # -- jobs (read on the head) --------------------------------------------------------
+    async def _head(self, cluster: str) -> NodeInfo:
+        record = await self._require(cluster)
+        if record.info is None or record.info.head is None:
+            raise OrchError(f"cluster {cluster} has no head node yet ({record.status})")
+        return record.info.head
+
+    @staticmethod
+    def _jobs_command(head: NodeInfo, args: str) -> str:
+        return f"{shlex.quote(head.python)} -m orch.runtime.jobs {args}"
+
+    async def _on_head(self, cluster: str, args: str) -> Any:
+        head = await self._head(cluster)
+
+        def run() -> Any:
+            with runner_for(head) as runner:
+                return json.loads(runner.check(self._jobs_command(head, args)).tail.splitlines()[-1])
+
+        return await asyncio.to_thread(run)
+
+    async def queue(self, cluster: str) -> list[JobRecord]:
+        return [JobRecord.model_validate(j) for j in await self._on_head(cluster, "queue")]
+
+    async def job(self, cluster: str, job_id: int) -> JobRecord | None:
+        return next((j for j in await self.queue(cluster) if j.id == job_id), None)
+
+    async def cancel(
+        self, cluster: str, job_ids: list[int] | None = None, all_jobs: bool = False
+    ) -> list[JobRecord]:
+        args = "cancel --all" if all_jobs else "cancel " + " ".join(map(str, job_ids or []))
+        return [JobRecord.model_validate(j) for j in await self._on_head(cluster, args)]
+
+    async def logs(
+        self, cluster: str, job_id: int, follow: bool = True,
+        on_line: Callable[[str], None] = print,
+    ) -> JobRecord:
+        """Stream the job's output (until it ends, with ``follow``); returns its record."""
+        head = await self._head(cluster)
+        args = f"logs {job_id}" + (" --follow" if follow else "")
+
+        def stream() -> None:
+            runner: CommandRunner
+            with runner_for(head) as runner:
+                result = runner.run(self._jobs_command(head, args), on_line=on_line)
+            if not result.ok:
+                raise OrchError(result.tail.splitlines()[-1] if result.tail else "logs failed")
+
+        await asyncio.to_thread(stream)
+        record = await self.job(cluster, job_id)
+        if record is None:
+            raise OrchError(f"cluster {cluster} has no job {job_id}", "NoSuchJob")
+        return record

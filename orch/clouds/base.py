@@ -1,0 +1,127 @@
+"""The provider interface every cloud implements, and its small record types.
+
+After SkyPilot's ``sky/provision``: a handful of functions, each idempotent where the
+cloud allows it, all keyed by (region, cluster name) so that a cluster's instances are
+found by their tags rather than remembered. Activities call these; nothing here knows
+about Temporal.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TAG_CLUSTER = "orch-cluster"
+TAG_NODE_KIND = "orch-node"  # "head" or "worker"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class InstanceStatus(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
+    TERMINATING = "TERMINATING"
+
+
+class ProvisionConfig(_Record):
+    """What to create. ``idempotency_token`` is stable across retries of one attempt, so a
+    repeated call finds what the first one created instead of creating again."""
+
+    cluster_name: str
+    num_nodes: int
+    region: str
+    zone: str | None = None
+    instance_type: str | None = None
+    use_spot: bool = False
+    disk_size: int = 256
+    image_id: str | None = None
+    ports: list[str] = Field(default_factory=list)
+    resume_stopped: bool = True
+    idempotency_token: str = ""
+    ssh_public_key: str | None = None  # the public half only; private keys never leave disk
+    cpus: float = 0.0  # for clouds without instance types (local)
+    memory_gb: float = 0.0
+
+
+class ProvisionRecord(_Record):
+    cloud: str
+    cluster_name: str
+    region: str
+    zone: str | None = None
+    head_instance_id: str
+    created_instance_ids: list[str] = Field(default_factory=list)
+    resumed_instance_ids: list[str] = Field(default_factory=list)
+
+
+class NodeInfo(_Record):
+    """How to reach one node. ``runner`` is "local" (a sandbox on this machine) or "ssh"."""
+
+    instance_id: str
+    internal_ip: str
+    external_ip: str | None = None
+    is_head: bool = False
+    runner: str = "ssh"
+    ssh_user: str | None = None
+    ssh_port: int = 22
+    ssh_key_path: str | None = None  # a path on the worker; the key itself stays on disk
+    home: str | None = None  # local runner: the sandbox directory
+    python: str = "python3"  # the interpreter with ray and orch on the node
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+    gpus: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def address(self) -> str:
+        return self.external_ip or self.internal_ip
+
+
+class ClusterInfo(_Record):
+    """The live view of a cluster's instances, head first."""
+
+    cloud: str
+    region: str
+    zone: str | None = None
+    instance_type: str | None = None
+    nodes: list[NodeInfo] = Field(default_factory=list)
+
+    @property
+    def head(self) -> NodeInfo | None:
+        return self.nodes[0] if self.nodes and self.nodes[0].is_head else None
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """One cloud. Each method is keyed by region and cluster name; instances are found by
+    the ``orch-cluster`` tag so that half-provisioned clusters are covered too."""
+
+    name: str
+
+    def check_quota(self, config: ProvisionConfig) -> None:
+        """Raise QuotaError when the request would exceed a quota; unknown quota passes."""
+
+    def run_instances(self, config: ProvisionConfig) -> ProvisionRecord:
+        """Create or resume instances until the cluster has ``num_nodes``; all or nothing."""
+
+    def wait_instances(self, region: str, cluster_name: str, state: InstanceStatus) -> None:
+        """Block (briefly) until every instance is in ``state``; raise if it cannot be."""
+
+    def query_instances(self, region: str, cluster_name: str) -> dict[str, InstanceStatus]:
+        """Status of every non-terminated instance of the cluster."""
+
+    def get_cluster_info(self, region: str, cluster_name: str) -> ClusterInfo: ...
+
+    def stop_instances(self, region: str, cluster_name: str, worker_only: bool = False) -> None: ...
+
+    def terminate_instances(
+        self, region: str, cluster_name: str, worker_only: bool = False
+    ) -> None: ...
+
+    def open_ports(self, region: str, cluster_name: str, ports: list[str]) -> None: ...
+
+    def cleanup_ports(self, region: str, cluster_name: str) -> None: ...

@@ -1,0 +1,271 @@
+"""Failover block rules: which part of the search space a failed launch rules out.
+
+Pure code (stdlib, pydantic and ``orch.clouds.errors`` only) so that Temporal workflows can
+import it: a failed attempt arrives as an error *type name* (the ``ApplicationError.type``
+that crossed the activity boundary) plus the error's ``BlockScope``, and becomes a
+:class:`BlockEntry` in a :class:`Blocklist` that the optimizer honours on the next round.
+:class:`Candidate` (what the optimizer proposes) lives here too, for the same reason: the
+failover workflow holds candidates in its state.
+
+Scope → what is blocked (after SkyPilot's ``FailoverCloudErrorHandlerV2``):
+
+======  ==============================================================================
+ZONE    that zone, for that instance type and pricing (spot or not); a candidate
+        without zones (Azure, local) is blocked as a whole in its region. A candidate
+        whose zones are all blocked drops out of the next plan.
+REGION  the region, every instance type
+CLOUD   the whole cloud
+NONE    nothing: a transient fault, retry the same place
+======  ==============================================================================
+
+Cloud error codes → error type and scope (:func:`scope_for`; providers raise typed errors
+whose ``scope`` already says it, and may use this table to decide it):
+
+=====  ====================================================  ==================  ======
+cloud  code                                                  error type          scope
+=====  ====================================================  ==================  ======
+aws    InsufficientInstanceCapacity, InsufficientCapacity,   CapacityError       zone
+       InsufficientHostCapacity, Unsupported
+aws    VcpuLimitExceeded, InstanceLimitExceeded,             QuotaError          region
+       MaxSpotInstanceCountExceeded
+aws    RequestLimitExceeded, Throttling, InternalError,      TransientError      none
+       Unavailable, ServiceUnavailable
+aws    AuthFailure, UnauthorizedOperation,                   AuthError           cloud
+       InvalidClientTokenId, ExpiredToken, NoCredentialsError
+aws    InvalidAMIID.*, InvalidParameterValue                 InvalidConfigError  cloud
+gcp    QUOTA_EXCEEDED / quotaExceeded naming                 QuotaError          cloud
+       GPUS_ALL_REGIONS (a global quota)
+gcp    QUOTA_EXCEEDED / quotaExceeded (per-region metric)    QuotaError          region
+gcp    ZONE_RESOURCE_POOL_EXHAUSTED[_WITH_DETAILS],          CapacityError       zone
+       insufficientCapacity, RESOURCE_NOT_FOUND,
+       RESOURCE_NOT_READY / resourceNotReady,
+       UNSUPPORTED_OPERATION
+gcp    IAM_PERMISSION_DENIED                                 AuthError           cloud
+gcp    VPC_NOT_FOUND (VPCs are global)                       InvalidConfigError  cloud
+gcp    rateLimitExceeded, RESOURCE_OPERATION_RATE_EXCEEDED   TransientError      none
+azure  ZonalAllocationFailed                                 CapacityError       zone
+azure  AllocationFailed, OverconstrainedAllocationRequest,   CapacityError       zone if a zone
+       OverconstrainedZonalAllocationRequest,                                    was asked,
+       SkuNotAvailable                                                           else region
+azure  QuotaExceeded, OperationNotAllowed naming a quota     QuotaError          region
+azure  ReadOnlyDisabledSubscription, AuthorizationFailed,    AuthError           cloud
+       ClientAuthenticationError, InvalidAuthenticationToken
+azure  TooManyRequests, InternalServerError,                 TransientError      none
+       ServiceUnavailable
+any    anything else                                         CapacityError       zone (aws,
+                                                                                 gcp) or
+                                                                                 region (azure)
+=====  ====================================================  ==================  ======
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orch.clouds.errors import (
+    AuthError,
+    BlockScope,
+    CapacityError,
+    InvalidConfigError,
+    QuotaError,
+    TransientError,
+)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Candidate(_Frozen):
+    """One place to try: a cloud, region, its usable zones (cheapest first) and what to run.
+
+    ``instance_type`` is None on the local cloud, which sizes nodes by ``cpus`` and
+    ``memory_gb`` instead. Prices are US dollars per hour; ``price_per_hour`` covers all
+    ``num_nodes`` nodes.
+    """
+
+    cloud: str
+    region: str
+    zones: list[str] = Field(default_factory=list)
+    instance_type: str | None = None
+    accelerators: dict[str, int] | None = None
+    use_spot: bool = False
+    num_nodes: int = 1
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+    price_per_node: float = 0.0
+    price_per_hour: float = 0.0
+
+    def accelerators_text(self) -> str:
+        return ", ".join(f"{name}:{count}" for name, count in (self.accelerators or {}).items())
+
+
+class BlockEntry(_Frozen):
+    """A part of the search space ruled out. ``None`` fields match anything."""
+
+    cloud: str
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    use_spot: bool | None = None
+    reason: str = ""
+
+    def covers(self, cloud: str, region: str | None, zone: str | None,
+               instance_type: str | None, use_spot: bool | None) -> bool:
+        """Whether a launch at (cloud, region, zone) of that instance type is ruled out; a
+        zone-less query (a zone-less candidate) is not covered by a zone entry."""
+        return (
+            self.cloud == cloud
+            and self.region in (None, region)
+            and self.zone in (None, zone)
+            and self.instance_type in (None, instance_type)
+            and self.use_spot in (None, use_spot)
+        )
+
+    def describe(self) -> str:
+        if self.zone is not None:
+            where = f"zone {self.zone}"
+        elif self.region is not None:
+            where = f"region {self.region}"
+        else:
+            return f"cloud {self.cloud}"
+        what = [self.instance_type or ""] + (["spot"] if self.use_spot else [])
+        detail = " ".join(w for w in what if w)
+        return f"{self.cloud} {where}" + (f" ({detail})" if detail else "")
+
+
+class Blocklist(_Frozen):
+    """The parts of the search space ruled out so far. Immutable: :meth:`add` returns a new
+    list, so a workflow can keep it in its state and pass it to activities."""
+
+    entries: list[BlockEntry] = Field(default_factory=list)
+
+    def blocks(self, cloud: str, region: str | None = None, zone: str | None = None,
+               instance_type: str | None = None, use_spot: bool | None = None) -> bool:
+        return any(e.covers(cloud, region, zone, instance_type, use_spot) for e in self.entries)
+
+    def add(self, entry: BlockEntry | None) -> Blocklist:
+        if entry is None or entry in self.entries:
+            return self
+        return Blocklist(entries=[*self.entries, entry])
+
+
+def block_entry(candidate: Candidate, error_type: str, scope: BlockScope,
+                zone: str | None) -> BlockEntry | None:
+    """What to block after ``candidate`` failed in ``zone`` (None: the attempt was not tied
+    to one zone) with an error of class ``error_type`` and the given scope."""
+    if scope == BlockScope.NONE:
+        return None
+    if scope == BlockScope.CLOUD:
+        return BlockEntry(cloud=candidate.cloud, reason=error_type)
+    if scope == BlockScope.REGION:
+        return BlockEntry(cloud=candidate.cloud, region=candidate.region, reason=error_type)
+    return BlockEntry(cloud=candidate.cloud, region=candidate.region, zone=zone,
+                      instance_type=candidate.instance_type, use_spot=candidate.use_spot,
+                      reason=error_type)
+
+
+class FailoverAttempt(_Frozen):
+    """One failed try of a candidate, for the failover history shown to the user."""
+
+    candidate: Candidate
+    zone: str | None = None
+    error_type: str
+    code: str = ""
+    message: str = ""
+    block: BlockEntry | None = None
+
+
+def record_failure(candidate: Candidate, zone: str | None, error_type: str, code: str,
+                   message: str, scope: BlockScope) -> FailoverAttempt:
+    """The attempt record, with the block rule applied to it."""
+    return FailoverAttempt(candidate=candidate, zone=zone, error_type=error_type, code=code,
+                           message=message,
+                           block=block_entry(candidate, error_type, scope, zone))
+
+
+HISTORY_HEADERS = ["#", "CLOUD", "REGION", "ZONE", "INSTANCE TYPE", "ACCELERATORS", "SPOT",
+                   "ERROR", "CODE", "BLOCKED", "MESSAGE"]
+
+
+def history_rows(attempts: list[FailoverAttempt]) -> list[list[str]]:
+    """The failover history as table rows (columns: :data:`HISTORY_HEADERS`)."""
+    return [
+        [
+            str(number),
+            a.candidate.cloud,
+            a.candidate.region,
+            a.zone or "-",
+            a.candidate.instance_type or "-",
+            a.candidate.accelerators_text() or "-",
+            "yes" if a.candidate.use_spot else "no",
+            a.error_type,
+            a.code or "-",
+            a.block.describe() if a.block else "nothing (retried)",
+            a.message,
+        ]
+        for number, a in enumerate(attempts, start=1)
+    ]
+
+
+_CAPACITY, _QUOTA, _AUTH, _CONFIG, _TRANSIENT = (
+    CapacityError.__name__, QuotaError.__name__, AuthError.__name__,
+    InvalidConfigError.__name__, TransientError.__name__,
+)
+_CODES: dict[str, dict[str, tuple[str, BlockScope]]] = {
+    "aws": {
+        **dict.fromkeys(["InsufficientInstanceCapacity", "InsufficientCapacity",
+                         "InsufficientHostCapacity", "Unsupported"],
+                        (_CAPACITY, BlockScope.ZONE)),
+        **dict.fromkeys(["VcpuLimitExceeded", "InstanceLimitExceeded",
+                         "MaxSpotInstanceCountExceeded"], (_QUOTA, BlockScope.REGION)),
+        **dict.fromkeys(["RequestLimitExceeded", "Throttling", "InternalError", "Unavailable",
+                         "ServiceUnavailable"], (_TRANSIENT, BlockScope.NONE)),
+        **dict.fromkeys(["AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId",
+                         "ExpiredToken", "NoCredentialsError"], (_AUTH, BlockScope.CLOUD)),
+        "InvalidParameterValue": (_CONFIG, BlockScope.CLOUD),
+    },
+    "gcp": {
+        **dict.fromkeys(["ZONE_RESOURCE_POOL_EXHAUSTED",
+                         "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "insufficientCapacity",
+                         "RESOURCE_NOT_FOUND", "RESOURCE_NOT_READY", "resourceNotReady",
+                         "UNSUPPORTED_OPERATION"], (_CAPACITY, BlockScope.ZONE)),
+        **dict.fromkeys(["QUOTA_EXCEEDED", "quotaExceeded"], (_QUOTA, BlockScope.REGION)),
+        "IAM_PERMISSION_DENIED": (_AUTH, BlockScope.CLOUD),
+        "VPC_NOT_FOUND": (_CONFIG, BlockScope.CLOUD),
+        **dict.fromkeys(["rateLimitExceeded", "RESOURCE_OPERATION_RATE_EXCEEDED"],
+                        (_TRANSIENT, BlockScope.NONE)),
+    },
+    "azure": {
+        "ZonalAllocationFailed": (_CAPACITY, BlockScope.ZONE),
+        **dict.fromkeys(["AllocationFailed", "OverconstrainedAllocationRequest",
+                         "OverconstrainedZonalAllocationRequest", "SkuNotAvailable"],
+                        (_CAPACITY, BlockScope.REGION)),
+        "QuotaExceeded": (_QUOTA, BlockScope.REGION),
+        **dict.fromkeys(["ReadOnlyDisabledSubscription", "AuthorizationFailed",
+                         "ClientAuthenticationError", "InvalidAuthenticationToken"],
+                        (_AUTH, BlockScope.CLOUD)),
+        **dict.fromkeys(["TooManyRequests", "InternalServerError", "ServiceUnavailable"],
+                        (_TRANSIENT, BlockScope.NONE)),
+    },
+}
+
+
+def scope_for(cloud: str, code: str, message: str = "", *,
+              zone_requested: bool = False) -> tuple[str, BlockScope]:
+    """The error type name and block scope for a cloud's error ``code`` (see the table in
+    the module docstring). ``zone_requested``: the failed call asked for one zone (Azure's
+    allocation errors then block that zone rather than the region)."""
+    if cloud == "aws" and code.startswith("InvalidAMIID."):
+        return _CONFIG, BlockScope.CLOUD
+    if cloud == "gcp" and code in ("QUOTA_EXCEEDED", "quotaExceeded") and (
+        "GPUS_ALL_REGIONS" in message
+    ):
+        return _QUOTA, BlockScope.CLOUD
+    if cloud == "azure" and code == "OperationNotAllowed" and "quota" in message.lower():
+        return _QUOTA, BlockScope.REGION
+    default = (_CAPACITY, BlockScope.REGION if cloud == "azure" else BlockScope.ZONE)
+    error_type, scope = _CODES.get(cloud, {}).get(code, default)
+    if error_type == _CAPACITY and cloud == "azure" and zone_requested:
+        scope = BlockScope.ZONE
+    return error_type, scope

@@ -1,0 +1,427 @@
+"""The optimizer: turn a task's resource request into launch candidates, cheapest first.
+
+A candidate is one cloud region (with its usable zones, cheapest first) and one instance
+type. The request is read as SkyPilot reads it:
+
+* ``cpus``/``memory`` ``"4"`` means at least 4 but prefers the smallest fit: per region only
+  the instance types with the fewest vCPUs (then the least memory) that satisfy it are kept.
+  ``"4+"`` keeps every instance type with at least 4. With no cpus, memory, instance type or
+  accelerators at all, clouds with instance types use ``cpus: 4`` (:data:`DEFAULT_CPUS`).
+* Accelerators match by name (case-insensitive) and exact count; instance types with
+  accelerators are only offered when accelerators (or that instance type) are asked for.
+* ``any_of`` alternatives are merged and sorted by price; ``ordered`` alternatives keep the
+  user's order of preference, by price within each.
+* The ``local`` cloud (this machine) always exists, costs nothing, has one region "local"
+  without zones, no instance types, no GPUs and no spot; it is a candidate only when the
+  request names none of those and its per-node cpus/memory fit this host.
+* Blocked parts of the search space (:class:`orch.failover_rules.Blocklist`) are left out.
+
+Unknown names raise :class:`UnknownResourceError` with "did you mean" suggestions; requests
+nothing can satisfy raise :class:`InfeasibleResourcesError` saying why, per cloud.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from orch.catalog import CATALOG_CLOUDS, CatalogRow, list_accelerators, load_catalog
+from orch.failover_rules import Blocklist, Candidate
+from orch.spec import Resources, Task
+
+__all__ = [
+    "Candidate",
+    "HostResources",
+    "InfeasibleResourcesError",
+    "OptimizerError",
+    "UnknownResourceError",
+    "list_accelerators",
+    "plan",
+]
+
+LOCAL = "local"
+_ALL_CLOUDS = (LOCAL, *CATALOG_CLOUDS)
+DEFAULT_CPUS = "4"
+
+
+class OptimizerError(Exception):
+    """A resource request the optimizer cannot turn into candidates; the message is for
+    the user."""
+
+
+class UnknownResourceError(OptimizerError):
+    """A cloud, region, zone, instance type or accelerator name no catalog knows."""
+
+
+class InfeasibleResourcesError(OptimizerError):
+    """Known names, but nothing enabled satisfies the request (the message says why)."""
+
+
+@dataclass(frozen=True)
+class HostResources:
+    """What this machine offers the local cloud."""
+
+    cpus: int
+    memory_gb: float
+
+    @classmethod
+    def detect(cls) -> HostResources:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+        return cls(cpus=os.cpu_count() or 1, memory_gb=memory)
+
+
+def plan(task: Task, *, blocklist: Blocklist | None = None,
+         enabled_clouds: Iterable[str] | None = None,
+         host: HostResources | None = None) -> list[Candidate]:
+    """Every feasible candidate for ``task``, cheapest first (see the module docstring).
+
+    ``enabled_clouds``: the catalog clouds with credentials (None: all of them); the local
+    cloud is always enabled. ``host``: this machine's size (detected when None).
+    """
+    clouds = _enabled(enabled_clouds)
+    blocked = blocklist or Blocklist()
+    resources = task.resources
+    alternatives = resources.alternatives()
+    ranked: list[tuple[int, Candidate]] = []
+    failures: list[tuple[Resources, list[_Why]]] = []
+    for rank, alternative in enumerate(alternatives):
+        try:
+            request = _Request.of(alternative, clouds)
+        except InfeasibleResourcesError as exc:  # other alternatives may still work
+            failures.append((alternative, [_Why(alternative.cloud or "", str(exc))]))
+            continue
+        found, reasons = _candidates(request, task.num_nodes, blocked, host)
+        ranked += [(rank if resources.is_ordered else 0, c) for c in found]
+        if not found:
+            failures.append((alternative, reasons))
+    if not ranked:
+        raise InfeasibleResourcesError(_infeasible_message(failures))
+    ranked.sort(key=lambda rc: (rc[0], rc[1].price_per_hour, rc[1].cloud, rc[1].region,
+                                rc[1].instance_type or "", rc[1].use_spot))
+    unique: dict[tuple[object, ...], Candidate] = {}
+    for _, candidate in ranked:
+        key = (candidate.cloud, candidate.region, candidate.instance_type,
+               candidate.use_spot, tuple(sorted((candidate.accelerators or {}).items())))
+        unique.setdefault(key, candidate)
+    return list(unique.values())
+
+
+def _enabled(enabled_clouds: Iterable[str] | None) -> tuple[str, ...]:
+    if enabled_clouds is None:
+        return CATALOG_CLOUDS
+    names = [c.lower() for c in enabled_clouds]
+    for name in names:
+        if name not in (*CATALOG_CLOUDS, LOCAL):
+            raise UnknownResourceError(f"unknown cloud {name!r}" + _suggest(name, _ALL_CLOUDS))
+    return tuple(c for c in CATALOG_CLOUDS if c in names)
+
+
+def _suggest(word: str, options: Iterable[str], *, fold: bool = False) -> str:
+    choices = sorted(set(options))
+    if fold:
+        by_lower = {c.lower(): c for c in choices}
+        close = [by_lower[c] for c in difflib.get_close_matches(word.lower(), list(by_lower),
+                                                                n=3, cutoff=0.5)]
+    else:
+        close = difflib.get_close_matches(word, choices, n=3, cutoff=0.5)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One alternative, validated against the catalogs: names are canonical, ``clouds``
+    are the clouds it may use (local included when it may be local)."""
+
+    resources: Resources
+    clouds: tuple[str, ...]
+    region: str | None
+    accelerator: tuple[str, int] | None
+
+    @classmethod
+    def of(cls, res: Resources, enabled: tuple[str, ...]) -> _Request:
+        if res.cloud is not None and res.cloud not in _ALL_CLOUDS:
+            raise UnknownResourceError(
+                f"unknown cloud {res.cloud!r}" + _suggest(res.cloud, _ALL_CLOUDS))
+        if res.cloud is not None and res.cloud != LOCAL and res.cloud not in enabled:
+            raise InfeasibleResourcesError(
+                f"cloud {res.cloud!r} is not enabled (enabled: "
+                f"{', '.join([LOCAL, *enabled])}); run `orch check`")
+        clouds = (res.cloud,) if res.cloud else (LOCAL, *enabled)
+        region = _check_location(res, clouds)
+        if region is not None:
+            clouds = tuple(c for c in clouds if region in _regions_of(c))
+        if res.instance_type is not None:
+            clouds = _clouds_offering(res.instance_type, res.cloud, clouds, region)
+        return cls(resources=res, clouds=clouds, region=region,
+                   accelerator=_check_accelerator(res))
+
+
+def _regions_of(cloud: str) -> dict[str, frozenset[str]]:
+    """Regions of a cloud and their zones."""
+    return {LOCAL: frozenset()} if cloud == LOCAL else load_catalog(cloud).zones_by_region
+
+
+def _clouds_offering(itype: str, cloud: str | None, clouds: tuple[str, ...],
+                     region: str | None) -> tuple[str, ...]:
+    """The clouds (of ``clouds``) that offer instance type ``itype``; ``cloud`` is the one
+    the user named, if any."""
+    owners = [c for c in CATALOG_CLOUDS if itype in load_catalog(c).instance_types]
+    if not owners:
+        known = {t for c in CATALOG_CLOUDS for t in load_catalog(c).instance_types}
+        raise UnknownResourceError(f"unknown instance type {itype!r}" + _suggest(itype, known))
+    usable = tuple(c for c in clouds if c in owners)
+    if not usable:
+        offered = ", ".join(owners)
+        raise InfeasibleResourcesError(
+            f"the local cloud has no instance types ({itype!r} is offered by {offered})"
+            if cloud == LOCAL
+            else f"instance type {itype!r} ({offered}) is not offered in region {region!r}"
+            if region is not None
+            else f"instance type {itype!r} is offered by {offered}, not {cloud}"
+            if cloud
+            else f"instance type {itype!r} is offered by {offered}, which is not enabled")
+    return usable
+
+
+def _check_accelerator(res: Resources) -> tuple[str, int] | None:
+    if not res.accelerators:
+        return None
+    if len(res.accelerators) > 1:
+        raise InfeasibleResourcesError(
+            f"one accelerator type per resource set, got {_acc_text(res.accelerators)}; "
+            "use any_of or ordered to list alternatives")
+    (name, count), = res.accelerators.items()
+    known = {n for c in CATALOG_CLOUDS for n in load_catalog(c).accelerator_names}
+    canonical = {n.lower(): n for n in known}.get(name.lower())
+    if canonical is None:
+        raise UnknownResourceError(
+            f"unknown accelerator {name!r}" + _suggest(name, known, fold=True))
+    return canonical, count
+
+
+def _check_location(res: Resources, clouds: tuple[str, ...]) -> str | None:
+    """The region asked for (inferred from the zone if only a zone is given)."""
+    regions: dict[str, frozenset[str]] = {}
+    for cloud in clouds:
+        regions.update(_regions_of(cloud))
+    where = f" on {res.cloud}" if res.cloud else ""
+    if res.region is not None and res.region not in regions:
+        raise UnknownResourceError(
+            f"unknown region {res.region!r}{where}" + _suggest(res.region, regions))
+    if res.zone is None:
+        return res.region
+    owners = [r for r, zones in regions.items() if res.zone in zones]
+    if not owners:
+        options = regions.get(res.region, frozenset()) if res.region else {
+            z for zones in regions.values() for z in zones}
+        raise UnknownResourceError(f"unknown zone {res.zone!r}{where}"
+                                   + _suggest(res.zone, options))
+    if res.region is not None and res.region not in owners:
+        raise InfeasibleResourcesError(
+            f"zone {res.zone!r} is in region {owners[0]!r}, not {res.region!r}")
+    return owners[0]
+
+
+@dataclass(frozen=True)
+class _Why:
+    """Why one cloud has no candidate; ``lacking`` = (name, count, counts offered) when it
+    is the accelerator count that is missing."""
+
+    cloud: str
+    text: str
+    lacking: tuple[str, int, tuple[int, ...]] | None = None
+
+
+def _candidates(request: _Request, num_nodes: int, blocked: Blocklist,
+                host: HostResources | None) -> tuple[list[Candidate], list[_Why]]:
+    found: list[Candidate] = []
+    reasons: list[_Why] = []
+    for cloud in request.clouds:
+        if cloud == LOCAL:
+            candidate, why = _local(request, num_nodes, blocked, host or HostResources.detect())
+            found += [candidate] if candidate else []
+        else:
+            more, why = _from_catalog(cloud, request, num_nodes, blocked)
+            found += more
+        if why:
+            reasons.append(why)
+    return found, reasons
+
+
+def _local(request: _Request, num_nodes: int, blocked: Blocklist,
+           host: HostResources) -> tuple[Candidate | None, _Why | None]:
+    why = _local_obstacle(request, blocked, host)
+    if why:
+        return None, _Why(LOCAL, why)
+    res = request.resources
+    return Candidate(cloud=LOCAL, region=LOCAL, num_nodes=num_nodes, cpus=res.min_cpus(),
+                     memory_gb=res.min_memory_gb()), None
+
+
+def _local_obstacle(request: _Request, blocked: Blocklist, host: HostResources) -> str:
+    """Why the local cloud cannot serve the request ("" when it can)."""
+    res = request.resources
+    if request.accelerator:
+        return "the local cloud has no GPUs"
+    if res.instance_type:
+        return "the local cloud has no instance types"
+    if request.region not in (None, LOCAL):
+        return "the local cloud has only the region 'local'"
+    if res.use_spot:
+        return "the local cloud has no spot instances"
+    if res.min_cpus() > host.cpus:
+        return f"this host has {host.cpus} CPUs, fewer than {res.min_cpus():g}"
+    if res.min_memory_gb() > host.memory_gb:
+        return (f"this host has {host.memory_gb:.1f} GiB of memory, "
+                f"less than {res.min_memory_gb():g}")
+    if blocked.blocks(LOCAL, LOCAL, None, None, False):
+        return "the local cloud is blocked by an earlier failure"
+    return ""
+
+
+def _from_catalog(cloud: str, request: _Request, num_nodes: int,
+                  blocked: Blocklist) -> tuple[list[Candidate], _Why | None]:
+    """Candidates of one catalog cloud (which offers the instance type, if one was asked
+    for), or none and the reason."""
+    res = request.resources
+    rows: list[CatalogRow] = list(load_catalog(cloud).rows)
+    what = _describe_offer(res, request.accelerator)
+    if res.instance_type is not None:
+        rows = [r for r in rows if r.instance_type == res.instance_type]
+    if request.accelerator is not None:
+        name, count = request.accelerator
+        named = [r for r in rows if r.accelerator_name == name]
+        rows = [r for r in named if r.accelerator_count == count]
+        if not rows:
+            counts = tuple(sorted({r.accelerator_count for r in named}))
+            text = (f"{cloud} offers {name} only in counts {_counts(counts)}" if counts
+                    else f"{cloud} does not offer {name}")
+            return [], _Why(cloud, text, lacking=(name, count, counts))
+    elif res.instance_type is None:
+        rows = [r for r in rows if r.accelerator_name is None]
+    if request.region is not None:
+        rows = [r for r in rows if r.region == request.region]
+        if res.zone is not None:
+            rows = [r for r in rows if r.zone == res.zone]
+        if not rows:
+            return [], _Why(cloud, f"{cloud} offers no {what} in {res.zone or request.region}")
+    rows = _fit_size(rows, res)
+    if not rows:
+        return [], _Why(cloud, f"{cloud} has no {what} with {_size_text(res)}")
+    priced = [(price, r) for r in rows if (price := r.price_for(res.use_spot)) is not None]
+    if not priced:
+        return [], _Why(cloud, f"{cloud} has no spot offer for {what} with {_size_text(res)}")
+    found = _group(cloud, priced, res.use_spot, num_nodes, blocked)
+    if not found:
+        return [], _Why(cloud, f"every {cloud} candidate for {what} is blocked by earlier failures")
+    return found, None
+
+
+def _cpus_asked(res: Resources) -> str | None:
+    """The cpus request, defaulting to :data:`DEFAULT_CPUS` when nothing sizes the node."""
+    if res.cpus is None and res.memory is None and res.instance_type is None and (
+        not res.accelerators
+    ):
+        return DEFAULT_CPUS
+    return res.cpus
+
+
+def _fit_size(rows: list[CatalogRow], res: Resources) -> list[CatalogRow]:
+    """Rows with enough vCPUs and memory; an exact-looking ask ("4", not "4+") keeps, per
+    region, only the smallest fit."""
+    cpus = _cpus_asked(res)
+    min_cpus = float(cpus.rstrip("+")) if cpus else 0.0
+    rows = [r for r in rows if r.vcpus >= min_cpus and r.memory_gib >= res.min_memory_gb()]
+    prefer_fewest_cpus = cpus is not None and not cpus.endswith("+")
+    prefer_least_memory = res.memory is not None and not res.memory.endswith("+")
+
+    def size(r: CatalogRow) -> tuple[float, float]:
+        return (r.vcpus if prefer_fewest_cpus else 0.0,
+                r.memory_gib if prefer_least_memory else 0.0)
+
+    best: dict[str, tuple[float, float]] = {}
+    for r in rows:
+        best[r.region] = min(best.get(r.region, size(r)), size(r))
+    return [r for r in rows if size(r) == best[r.region]]
+
+
+def _group(cloud: str, priced: list[tuple[float, CatalogRow]], use_spot: bool, num_nodes: int,
+           blocked: Blocklist) -> list[Candidate]:
+    """One candidate per (region, instance type) with its unblocked zones, cheapest first."""
+    by_key: dict[tuple[str, str], list[tuple[float, CatalogRow]]] = {}
+    for price, r in priced:
+        if not blocked.blocks(cloud, r.region, r.zone, r.instance_type, use_spot):
+            by_key.setdefault((r.region, r.instance_type), []).append((price, r))
+    found = []
+    for (region, _), offers in by_key.items():
+        offers.sort(key=lambda pr: (pr[0], pr[1].zone or ""))
+        price, first = offers[0]
+        found.append(Candidate(
+            cloud=cloud, region=region, zones=[r.zone for _, r in offers if r.zone],
+            instance_type=first.instance_type,
+            accelerators=({first.accelerator_name: first.accelerator_count}
+                          if first.accelerator_name else None),
+            use_spot=use_spot, num_nodes=num_nodes, cpus=first.vcpus,
+            memory_gb=first.memory_gib, price_per_node=price,
+            price_per_hour=round(price * num_nodes, 6),
+        ))
+    return found
+
+
+def _acc_text(accelerators: dict[str, int]) -> str:
+    return ", ".join(f"{name}:{count}" for name, count in accelerators.items())
+
+
+def _counts(counts: Iterable[int]) -> str:
+    return ", ".join(str(c) for c in counts)
+
+
+def _describe_offer(res: Resources, accelerator: tuple[str, int] | None) -> str:
+    if res.instance_type:
+        return res.instance_type
+    if accelerator:
+        return f"{accelerator[0]}:{accelerator[1]}"
+    return "CPU instance type"
+
+
+def _size_text(res: Resources) -> str:
+    cpus = _cpus_asked(res)
+    parts = [f"{cpus} vCPUs" if cpus else "", f"{res.memory} GiB of memory" if res.memory else ""]
+    return " and ".join(p for p in parts if p) or "any size"
+
+
+def _describe(res: Resources) -> str:
+    parts = [
+        _acc_text(res.accelerators) if res.accelerators else "",
+        res.instance_type or "",
+        f"cpus {res.cpus}" if res.cpus else "",
+        f"memory {res.memory}" if res.memory else "",
+        "spot" if res.use_spot else "",
+        f"cloud {res.cloud}" if res.cloud else "",
+        f"region {res.region}" if res.region else "",
+        f"zone {res.zone}" if res.zone else "",
+    ]
+    return ", ".join(p for p in parts if p) or "default resources"
+
+
+def _infeasible_message(failures: list[tuple[Resources, list[_Why]]]) -> str:
+    lines = [f"{_describe(res)}: {_summarize(reasons)}" for res, reasons in failures]
+    if len(lines) == 1:
+        return f"No resources satisfy {lines[0]}"
+    return "No resources satisfy any of the alternatives:\n" + "\n".join(f"  {ln}" for ln in lines)
+
+
+def _summarize(reasons: list[_Why]) -> str:
+    """Join the per-cloud reasons; when no catalog cloud offers the accelerator at that
+    count, say so once, with the counts that do exist."""
+    clouds = [w for w in reasons if w.cloud != LOCAL]
+    lacking = [w.lacking for w in clouds if w.lacking is not None]
+    if len(clouds) > 1 and len(lacking) == len(clouds):
+        name, count = lacking[0][0], lacking[0][1]
+        offered = sorted({c for _, _, counts in lacking for c in counts})
+        note = f" ({name} comes in counts {_counts(offered)})" if offered else ""
+        texts = [w.text for w in reasons if w.cloud == LOCAL]
+        return "; ".join([*texts, f"no enabled cloud offers {name}:{count}{note}"])
+    return "; ".join(w.text for w in reasons)

@@ -1,0 +1,122 @@
+"""The records that cross the Temporal boundary: workflow inputs, results and state.
+
+They are plain pydantic models (no Temporal imports), shared by ``orch/client.py`` and
+``workflows/``. Nothing here may hold a secret: every field is visible in the Web UI.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from orch.clouds.base import ClusterInfo
+from orch.spec import Task
+from orch.status import ClusterStatus
+
+CLUSTER_WORKFLOW = "ClusterWorkflow"
+LAUNCH_WORKFLOW = "LaunchWorkflow"
+FAILOVER_WORKFLOW = "FailoverWorkflow"
+TEARDOWN_WORKFLOW = "TeardownWorkflow"
+
+# Custom search attributes (registered when the embedded dev server starts).
+SA_CLUSTER = "OrchCluster"
+SA_CLUSTER_STATUS = "OrchClusterStatus"
+SA_CLOUD = "OrchCloud"
+SA_REGION = "OrchRegion"
+SA_NUM_NODES = "OrchNumNodes"
+SA_RESOURCES = "OrchResources"
+SEARCH_ATTRIBUTES = {
+    SA_CLUSTER: "Keyword",
+    SA_CLUSTER_STATUS: "Keyword",
+    SA_CLOUD: "Keyword",
+    SA_REGION: "Keyword",
+    SA_NUM_NODES: "Int",
+    SA_RESOURCES: "Keyword",
+    "OrchLaunchHolders": "Int",
+    "OrchLaunchWaiting": "Int",
+    "OrchJobId": "Keyword",  # the dev server allows at most 3 Int attributes
+    "OrchJobStatus": "Keyword",
+}
+
+
+def cluster_workflow_id(name: str) -> str:
+    return f"cluster/{name}"
+
+
+class Placement(BaseModel):
+    """Where a cluster lives (known as soon as provisioning picks a candidate)."""
+
+    cloud: str
+    region: str
+    zone: str | None = None
+    instance_type: str | None = None
+    use_spot: bool = False
+
+
+class ClusterRecord(BaseModel):
+    """The state of one ClusterWorkflow; survives continue-as-new whole."""
+
+    name: str
+    status: ClusterStatus = ClusterStatus.INIT
+    placement: Placement | None = None
+    num_nodes: int = 0
+    task_resources: str = ""  # a one-line summary for tables
+    info: ClusterInfo | None = None
+    gcs_address: str | None = None
+    next_job_id: int = 1
+    step: str = ""  # what the cluster is doing now, for progress displays
+    last_error: str | None = None
+    launched_at: datetime | None = None
+
+
+class ClusterInput(BaseModel):
+    name: str
+    state: ClusterRecord | None = None
+    publish_search_attributes: bool = True
+
+
+class LaunchRequest(BaseModel):
+    task: Task
+
+
+class LaunchResult(BaseModel):
+    record: ClusterRecord
+    job_id: int | None = None
+    provisioned: bool = False  # False when an UP cluster was reused
+
+
+class ExecRequest(BaseModel):
+    task: Task
+
+
+class DownRequest(BaseModel):
+    purge: bool = False
+
+
+class TeardownInput(BaseModel):
+    cluster_name: str
+    placement: Placement | None
+    info: ClusterInfo | None = None
+    terminate: bool = True
+
+
+class TeardownResult(BaseModel):
+    message: str
+    instances: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+
+class LaunchInput(BaseModel):
+    cluster_name: str
+    task: Task
+    placement: Placement | None = None  # set for a cluster that exists: relaunch only there
+    reuse: ClusterInfo | None = None  # an UP cluster: skip provisioning
+    gcs_address: str | None = None
+    job_id: int | None = None
+
+
+class LaunchOutput(BaseModel):
+    info: ClusterInfo
+    placement: Placement
+    gcs_address: str

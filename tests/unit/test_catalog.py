@@ -1,0 +1,198 @@
+"""The shipped catalog files, their loader, the accelerator listing and the refresh script."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+
+from orch.catalog import (
+    CATALOG_CLOUDS,
+    CatalogError,
+    CatalogRow,
+    list_accelerators,
+    load_catalog,
+)
+from orch.catalog.rows import COLUMNS, parse_rows
+from scripts import refresh_catalog
+
+DATA = Path(__file__).resolve().parents[2] / "orch" / "catalog" / "data"
+GPUS = ["T4", "L4", "A10G", "V100", "A100", "A100-80GB", "H100", "H200"]
+
+
+@pytest.mark.parametrize("cloud", CATALOG_CLOUDS)
+def test_each_cloud_loads_typed_rows(cloud):
+    catalog = load_catalog(cloud)
+    assert len(catalog.rows) > 100
+    for row in catalog.rows:
+        assert isinstance(row, CatalogRow) and row.cloud == cloud
+        assert row.price > 0 and row.vcpus > 0 and row.memory_gib > 0
+        assert row.spot_price is None or row.spot_price > 0
+        assert (row.accelerator_name is None) == (row.accelerator_count == 0)
+        if cloud == "azure":
+            assert row.zone is None
+        else:
+            assert row.zone is not None and row.zone.startswith(row.region)
+
+
+def test_loading_is_cached():
+    assert load_catalog("gcp") is load_catalog("gcp")
+
+
+def test_unknown_cloud_has_no_catalog():
+    with pytest.raises(ValueError, match="no catalog for cloud 'oracle'"):
+        load_catalog("oracle")
+
+
+@pytest.mark.parametrize("cloud", CATALOG_CLOUDS)
+def test_indexes_match_the_rows(cloud):
+    catalog = load_catalog(cloud)
+    assert catalog.instance_types == {r.instance_type for r in catalog.rows}
+    assert catalog.accelerator_names == {r.accelerator_name for r in catalog.rows
+                                         if r.accelerator_name}
+    for row in catalog.rows:
+        assert (row.zone in catalog.zones_by_region[row.region]) or row.zone is None
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_the_gpus_people_ask_for_are_offered_in_at_least_five_regions(gpu):
+    regions = {(r.cloud, r.region) for cloud in CATALOG_CLOUDS for r in load_catalog(cloud).rows
+               if r.accelerator_name == gpu}
+    assert len(regions) >= 5, regions
+
+
+@pytest.mark.parametrize("cloud", CATALOG_CLOUDS)
+def test_cpu_families_cover_common_sizes(cloud):
+    sizes = {r.vcpus for r in load_catalog(cloud).rows if r.accelerator_name is None}
+    assert {2, 4, 8, 16, 32, 64} <= sizes
+
+
+@pytest.mark.parametrize("cloud", CATALOG_CLOUDS)
+def test_files_are_in_the_documented_format_and_sorted(cloud):
+    with (DATA / f"{cloud}.csv").open(newline="") as handle:
+        lines = list(csv.reader(handle))
+    assert tuple(lines[0]) == COLUMNS
+    keys = [(line[0], line[1], line[7], line[8]) for line in lines[1:]]
+    assert keys == sorted(keys)
+    assert len(set(keys)) == len(keys)
+
+
+def test_sources_are_recorded():
+    sources = (DATA / "SOURCES.md").read_text()
+    for cloud in CATALOG_CLOUDS:
+        assert f"`{cloud}.csv`" in sources
+    assert "anycloud-sh/catalog" in sources
+
+
+def _lines(text: str) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(text)))
+
+
+def test_parse_rows_reads_empty_fields_as_none():
+    text = (",".join(COLUMNS) + "\n"
+            "m6id.large,,,2,8,0.11865,,us-east-1,us-east-1a\n"
+            "Standard_NC6s_v3,V100,1,6,112,3.06,0.6,eastus,\n")
+    cpu, gpu = parse_rows("x", "test.csv", _lines(text))
+    assert cpu.accelerator_name is None and cpu.accelerator_count == 0
+    assert cpu.spot_price is None and cpu.price_for(False) == 0.11865
+    assert cpu.price_for(True) is None
+    assert gpu.zone is None and gpu.accelerator_count == 1 and gpu.price_for(True) == 0.6
+
+
+def test_parse_rows_names_the_line_of_a_bad_value():
+    text = ",".join(COLUMNS) + "\nm6id.large,,,two,8,0.1,,us-east-1,us-east-1a\n"
+    with pytest.raises(CatalogError, match=r"test.csv:2: could not convert"):
+        list(parse_rows("aws", "test.csv", _lines(text)))
+
+
+def test_parse_rows_rejects_another_header():
+    with pytest.raises(CatalogError, match="expected the header"):
+        list(parse_rows("aws", "test.csv", _lines("InstanceType,Price\nm6id.large,0.1\n")))
+
+
+def test_list_accelerators_filters_case_insensitively_and_pins_counts():
+    offers = list_accelerators("a100")
+    assert {o.accelerator for o in offers} == {"A100", "A100-80GB"}
+    eight = list_accelerators("A100:8")
+    assert eight and all(o.count == 8 for o in eight)
+    assert [(o.accelerator, o.count, o.price) for o in offers] == sorted(
+        (o.accelerator, o.count, o.price) for o in offers)
+
+
+def test_list_accelerators_reports_the_cheapest_zone_of_each_region():
+    offers = {(o.cloud, o.region, o.instance_type): o for o in list_accelerators("T4")}
+    for (cloud, region, itype), offer in offers.items():
+        rows = [r for r in load_catalog(cloud).rows
+                if (r.region, r.instance_type) == (region, itype)]
+        assert offer.price == min(r.price for r in rows)
+        spots = [r.spot_price for r in rows if r.spot_price is not None]
+        assert offer.spot_price == (min(spots) if spots else None)
+    assert len(offers) == len({(r.cloud, r.region, r.instance_type) for c in CATALOG_CLOUDS
+                               for r in load_catalog(c).rows if r.accelerator_name == "T4"})
+
+
+def test_list_accelerators_spot_price_skips_zones_without_spot():
+    (p5,) = [o for o in list_accelerators("H100:1", clouds=["aws"]) if o.region == "us-east-2"]
+    zones = [r for r in load_catalog("aws").rows
+             if (r.instance_type, r.region) == ("p5.4xlarge", "us-east-2")]
+    assert any(r.spot_price is None for r in zones)
+    assert p5.spot_price == min(r.spot_price for r in zones if r.spot_price is not None)
+    assert list_accelerators("nothing-like-this") == []
+
+
+def _write(path: Path, header: list[str], rows: list[list[str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+SKY = ["InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB", "GpuInfo",
+       "Price", "SpotPrice", "Region", "AvailabilityZone"]
+
+
+def test_refresh_script_maps_aws_zone_ids_to_names_and_drops_local_zones(tmp_path):
+    _write(tmp_path / "aws/vms.csv", SKY, [
+        ["p4d.24xlarge", "A100", "8.0", "96.0", "1152.0", "{}", "21.95764", "6.8507",
+         "us-east-1", "use1-az1"],
+        ["p4d.24xlarge", "A100", "8.0", "96.0", "1152.0", "{}", "21.95764", "7.1",
+         "us-east-1", "use1-atl2-az1"],
+        ["x1.large", "", "", "2.0", "8.0", "", "0.1", "", "us-east-1", "use1-az1"],
+    ])
+    rows = refresh_catalog.curate_aws(refresh_catalog._read(tmp_path / "aws/vms.csv"))
+    assert rows == [["p4d.24xlarge", "A100", "8", "96", "1152", "21.95764", "6.8507",
+                     "us-east-1", "us-east-1b"]]
+
+
+def test_refresh_script_prices_gcp_gpus_as_machine_plus_gpu(tmp_path):
+    _write(tmp_path / "gcp/vms.csv", SKY, [
+        ["a2-highgpu-1g", "", "", "12.0", "85.0", "", "0.73948", "0.36975", "us-central1",
+         "us-central1-a"],
+        ["n1-highmem-8", "", "", "8.0", "52.0", "", "0.47321", "0.17276", "us-central1",
+         "us-central1-a"],
+        ["", "A100", "1", "", "", "", "2.93391", "1.4341", "us-central1", "us-central1-a"],
+        ["", "T4", "1", "", "", "", "0.35", "", "us-central1", "us-central1-a"],
+        ["n2-standard-4", "", "", "4.0", "16.0", "", "0.19424", "0.06284", "mars-north1",
+         "mars-north1-a"],
+    ])
+    rows = refresh_catalog.curate_gcp(refresh_catalog._read(tmp_path / "gcp/vms.csv"))
+    assert sorted(rows) == [
+        ["a2-highgpu-1g", "A100", "1", "12", "85", "3.67339", "1.80385", "us-central1",
+         "us-central1-a"],
+        ["n1-highmem-8", "T4", "1", "8", "52", "0.82321", "", "us-central1", "us-central1-a"],
+    ]
+
+
+def test_refresh_script_keeps_one_azure_row_per_region(tmp_path):
+    azure = ["InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB",
+             "GpuInfo", "Price", "SpotPrice", "Region", "Generation"]
+    _write(tmp_path / "azure/vms.csv", azure, [
+        ["Standard_D4s_v5", "", "", "4", "16", "", "0.192", "0.04072", "eastus", "V1"],
+        ["Standard_D4s_v5", "", "", "4", "16", "", "0.192", "0.04072", "eastus", "V2"],
+        ["Standard_D4s_v5", "", "", "4", "16", "", "0.2", "", "brazilsouth", "V2"],
+    ])
+    rows = refresh_catalog.curate_azure(refresh_catalog._read(tmp_path / "azure/vms.csv"))
+    assert rows == [["Standard_D4s_v5", "", "", "4", "16", "0.192", "0.04072", "eastus", ""]]

@@ -1,0 +1,210 @@
+"""Failover block rules: scopes to block entries, the blocklist, history rows, code table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from orch.clouds.errors import ERROR_TYPES, BlockScope
+from orch.failover_rules import (
+    HISTORY_HEADERS,
+    BlockEntry,
+    Blocklist,
+    Candidate,
+    FailoverAttempt,
+    block_entry,
+    history_rows,
+    record_failure,
+    scope_for,
+)
+
+P4D = Candidate(cloud="aws", region="us-east-1", zones=["us-east-1a", "us-east-1b"],
+                instance_type="p4d.24xlarge", accelerators={"A100": 8}, num_nodes=2,
+                cpus=96, memory_gb=1152, price_per_node=21.96, price_per_hour=43.92)
+AZURE = Candidate(cloud="azure", region="eastus", instance_type="Standard_ND96asr_v4",
+                  accelerators={"A100": 8}, price_per_node=27.2, price_per_hour=27.2)
+
+
+def test_zone_scope_blocks_that_zone_for_that_instance_type_and_pricing():
+    entry = block_entry(P4D, "CapacityError", BlockScope.ZONE, "us-east-1a")
+    assert entry == BlockEntry(cloud="aws", region="us-east-1", zone="us-east-1a",
+                               instance_type="p4d.24xlarge", use_spot=False,
+                               reason="CapacityError")
+    blocked = Blocklist().add(entry)
+    assert blocked.blocks("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", False)
+    assert not blocked.blocks("aws", "us-east-1", "us-east-1b", "p4d.24xlarge", False)
+    assert not blocked.blocks("aws", "us-east-1", "us-east-1a", "p5.48xlarge", False)
+    assert not blocked.blocks("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", True)
+
+
+def test_zone_scope_without_a_zone_blocks_the_whole_candidate():
+    entry = block_entry(AZURE, "CapacityError", BlockScope.ZONE, None)
+    assert entry is not None and entry.zone is None
+    blocked = Blocklist().add(entry)
+    assert blocked.blocks("azure", "eastus", None, "Standard_ND96asr_v4", False)
+    assert not blocked.blocks("azure", "eastus", None, "Standard_NC24ads_A100_v4", False)
+    assert not blocked.blocks("azure", "westus2", None, "Standard_ND96asr_v4", False)
+
+
+def test_region_scope_blocks_every_instance_type_of_the_region():
+    blocked = Blocklist().add(block_entry(P4D, "QuotaError", BlockScope.REGION, "us-east-1a"))
+    assert blocked.blocks("aws", "us-east-1", "us-east-1b", "m6id.large", True)
+    assert blocked.blocks("aws", "us-east-1", None, None, None)
+    assert not blocked.blocks("aws", "us-east-2", "us-east-2a", "p4d.24xlarge", False)
+
+
+def test_cloud_scope_blocks_the_cloud_and_nothing_else():
+    blocked = Blocklist().add(block_entry(P4D, "AuthError", BlockScope.CLOUD, "us-east-1a"))
+    assert blocked.blocks("aws", "eu-west-1", "eu-west-1a", "c8i.2xlarge", False)
+    assert not blocked.blocks("gcp", "us-central1", "us-central1-a", "a2-highgpu-8g", False)
+
+
+def test_transient_errors_block_nothing():
+    assert block_entry(P4D, "TransientError", BlockScope.NONE, "us-east-1a") is None
+    assert Blocklist().add(None) == Blocklist()
+
+
+def test_a_zone_entry_does_not_block_a_zoneless_query():
+    blocked = Blocklist().add(block_entry(P4D, "CapacityError", BlockScope.ZONE, "us-east-1a"))
+    assert not blocked.blocks("aws", "us-east-1", None, "p4d.24xlarge", False)
+
+
+def test_blocklist_is_immutable_and_deduplicates():
+    entry = block_entry(P4D, "CapacityError", BlockScope.ZONE, "us-east-1a")
+    empty = Blocklist()
+    once = empty.add(entry)
+    assert empty.entries == [] and len(once.entries) == 1
+    assert once.add(entry) is once
+    with pytest.raises(ValidationError):
+        once.entries = []  # type: ignore[misc]
+
+
+def test_models_survive_a_json_round_trip():
+    """They cross the Temporal boundary through the pydantic data converter."""
+    attempt = record_failure(P4D, "us-east-1a", "CapacityError", "InsufficientInstanceCapacity",
+                             "We currently do not have sufficient p4d.24xlarge capacity",
+                             BlockScope.ZONE)
+    blocked = Blocklist().add(attempt.block)
+    assert FailoverAttempt.model_validate_json(attempt.model_dump_json()) == attempt
+    assert Blocklist.model_validate(json.loads(blocked.model_dump_json())) == blocked
+
+
+def test_record_failure_applies_the_block_rule():
+    attempt = record_failure(P4D, "us-east-1b", "QuotaError", "VcpuLimitExceeded",
+                             "You have requested more vCPU capacity than your current limit",
+                             BlockScope.REGION)
+    assert attempt.block == BlockEntry(cloud="aws", region="us-east-1", reason="QuotaError")
+    assert attempt.zone == "us-east-1b" and attempt.code == "VcpuLimitExceeded"
+
+
+def test_history_rows_render_each_attempt_and_its_block_rule():
+    attempts = [
+        record_failure(P4D, "us-east-1a", "CapacityError", "InsufficientInstanceCapacity",
+                       "no capacity", BlockScope.ZONE),
+        record_failure(P4D, "us-east-1b", "TransientError", "RequestLimitExceeded",
+                       "throttled", BlockScope.NONE),
+        record_failure(AZURE, None, "AuthError", "AuthorizationFailed", "denied",
+                       BlockScope.CLOUD),
+    ]
+    rows = history_rows(attempts)
+    assert all(len(row) == len(HISTORY_HEADERS) for row in rows)
+    assert rows[0] == ["1", "aws", "us-east-1", "us-east-1a", "p4d.24xlarge", "A100:8", "no",
+                       "CapacityError", "InsufficientInstanceCapacity",
+                       "aws zone us-east-1a (p4d.24xlarge)", "no capacity"]
+    assert rows[1][9] == "nothing (retried)"
+    assert rows[2][3] == "-" and rows[2][9] == "cloud azure"
+
+
+def test_block_descriptions_name_the_scope():
+    spot = P4D.model_copy(update={"use_spot": True})
+    assert block_entry(spot, "CapacityError", BlockScope.ZONE, None).describe() == (  # type: ignore[union-attr]
+        "aws region us-east-1 (p4d.24xlarge spot)")
+    assert BlockEntry(cloud="gcp", region="us-central1").describe() == "gcp region us-central1"
+
+
+@pytest.mark.parametrize(("cloud", "code", "message", "expected"), [
+    ("aws", "InsufficientInstanceCapacity", "", ("CapacityError", BlockScope.ZONE)),
+    ("aws", "Unsupported", "", ("CapacityError", BlockScope.ZONE)),
+    ("aws", "VcpuLimitExceeded", "", ("QuotaError", BlockScope.REGION)),
+    ("aws", "InstanceLimitExceeded", "", ("QuotaError", BlockScope.REGION)),
+    ("aws", "MaxSpotInstanceCountExceeded", "", ("QuotaError", BlockScope.REGION)),
+    ("aws", "RequestLimitExceeded", "", ("TransientError", BlockScope.NONE)),
+    ("aws", "AuthFailure", "", ("AuthError", BlockScope.CLOUD)),
+    ("aws", "UnauthorizedOperation", "", ("AuthError", BlockScope.CLOUD)),
+    ("aws", "InvalidAMIID.NotFound", "", ("InvalidConfigError", BlockScope.CLOUD)),
+    ("gcp", "QUOTA_EXCEEDED", "Quota 'GPUS_ALL_REGIONS' exceeded.  Limit: 1.0 globally.",
+     ("QuotaError", BlockScope.CLOUD)),
+    ("gcp", "QUOTA_EXCEEDED", "Quota 'CPUS' exceeded.  Limit: 24.0 in region us-west1.",
+     ("QuotaError", BlockScope.REGION)),
+    ("gcp", "quotaExceeded", "Quota 'NVIDIA_A100_GPUS' exceeded. Limit: 0.0 in region x.",
+     ("QuotaError", BlockScope.REGION)),
+    ("gcp", "ZONE_RESOURCE_POOL_EXHAUSTED", "", ("CapacityError", BlockScope.ZONE)),
+    ("gcp", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "", ("CapacityError", BlockScope.ZONE)),
+    ("gcp", "insufficientCapacity", "", ("CapacityError", BlockScope.ZONE)),
+    ("gcp", "RESOURCE_NOT_FOUND", "", ("CapacityError", BlockScope.ZONE)),
+    ("gcp", "VPC_NOT_FOUND", "", ("InvalidConfigError", BlockScope.CLOUD)),
+    ("gcp", "IAM_PERMISSION_DENIED", "", ("AuthError", BlockScope.CLOUD)),
+    ("gcp", "rateLimitExceeded", "", ("TransientError", BlockScope.NONE)),
+    ("gcp", "SOMETHING_NEW", "", ("CapacityError", BlockScope.ZONE)),
+    ("azure", "ZonalAllocationFailed", "", ("CapacityError", BlockScope.ZONE)),
+    ("azure", "AllocationFailed", "", ("CapacityError", BlockScope.REGION)),
+    ("azure", "SkuNotAvailable", "", ("CapacityError", BlockScope.REGION)),
+    ("azure", "QuotaExceeded", "", ("QuotaError", BlockScope.REGION)),
+    ("azure", "OperationNotAllowed", "Operation could not be completed as it results in "
+     "exceeding approved standardNDASv4_A100Family Cores quota.",
+     ("QuotaError", BlockScope.REGION)),
+    ("azure", "ReadOnlyDisabledSubscription", "", ("AuthError", BlockScope.CLOUD)),
+    ("azure", "ClientAuthenticationError", "", ("AuthError", BlockScope.CLOUD)),
+    ("azure", "TooManyRequests", "", ("TransientError", BlockScope.NONE)),
+    ("azure", "SomethingNew", "", ("CapacityError", BlockScope.REGION)),
+])
+def test_scope_for_maps_cloud_codes(cloud, code, message, expected):
+    assert scope_for(cloud, code, message) == expected
+    assert expected[0] in ERROR_TYPES
+
+
+def test_azure_allocation_failures_block_the_zone_when_one_was_asked():
+    assert scope_for("azure", "AllocationFailed", zone_requested=True) == (
+        "CapacityError", BlockScope.ZONE)
+    assert scope_for("azure", "QuotaExceeded", zone_requested=True) == (
+        "QuotaError", BlockScope.REGION)
+
+
+def test_importing_the_rules_pulls_in_no_io_layers():
+    """Workflows import this module: it must not bring the catalog, providers or Temporal."""
+    code = ("import sys, orch.failover_rules; "
+            "print(','.join(m for m in sys.modules if m.startswith(('orch', 'temporalio', "
+            "'boto3', 'googleapiclient', 'azure'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip().split(",")
+    assert set(out) <= {"orch", "orch.clouds", "orch.clouds.base", "orch.clouds.errors",
+                        "orch.failover_rules"}, out
+
+
+@workflow.defn(sandboxed=True)
+class _BlockInSandbox:
+    """Runs the rules inside Temporal's workflow sandbox (which rejects I/O and clocks)."""
+
+    @workflow.run
+    async def run(self, attempt: FailoverAttempt) -> Blocklist:
+        redo = record_failure(attempt.candidate, attempt.zone, attempt.error_type,
+                              attempt.code, attempt.message, BlockScope.ZONE)
+        return Blocklist().add(redo.block)
+
+
+async def test_rules_run_inside_the_temporal_workflow_sandbox(
+        time_skipping_env: WorkflowEnvironment):
+    attempt = FailoverAttempt(candidate=P4D, zone="us-east-1a", error_type="CapacityError")
+    queue = f"rules-{uuid.uuid4()}"
+    async with Worker(time_skipping_env.client, task_queue=queue, workflows=[_BlockInSandbox]):
+        result = await time_skipping_env.client.execute_workflow(
+            _BlockInSandbox.run, attempt, id=f"rules-{uuid.uuid4()}", task_queue=queue)
+    assert result.blocks("aws", "us-east-1", "us-east-1a", "p4d.24xlarge", False)

@@ -1,0 +1,56 @@
+"""``python -m workers``: run an orch worker in the foreground until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from concurrent.futures import ThreadPoolExecutor
+
+from temporalio.worker import Worker
+
+from orch.client import connect_temporal
+from orch.config import TASK_QUEUE, TemporalSettings
+from workers.registry import ACTIVITIES, WORKFLOWS
+
+MAX_ACTIVITY_THREADS = 64
+
+
+async def run_worker(settings: TemporalSettings, task_queue: str = TASK_QUEUE) -> None:
+    client = await connect_temporal(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    with ThreadPoolExecutor(max_workers=MAX_ACTIVITY_THREADS) as executor:
+        worker = Worker(
+            client,
+            task_queue=task_queue,
+            workflows=WORKFLOWS,
+            activities=ACTIVITIES,
+            activity_executor=executor,
+            max_concurrent_activities=MAX_ACTIVITY_THREADS,
+        )
+        async with worker:
+            logging.info("orch worker polling %s on %s", task_queue, settings.address)
+            await stop.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="orch-worker")
+    parser.add_argument("--address", help="Temporal frontend (default: $TEMPORAL_ADDRESS)")
+    parser.add_argument("--namespace")
+    parser.add_argument("--task-queue", default=TASK_QUEUE)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    settings = TemporalSettings.from_env()
+    updates = {k: v for k, v in (("address", args.address), ("namespace", args.namespace)) if v}
+    settings = settings.model_copy(update=updates)
+    if not settings.address:
+        parser.error("no Temporal address: pass --address or set TEMPORAL_ADDRESS")
+    asyncio.run(run_worker(settings, args.task_queue))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""FailoverWorkflow: provision all N nodes somewhere, cheapest first.
+
+For each candidate (and each of its zones): quota check → bulk provision (all or
+nothing) → wait until running. A failure is turned into a block rule by the pure
+``orch.failover_rules`` and the partial nodes are removed (or stopped, for a cluster
+that was ever up) and confirmed gone before the next try; then the optimizer is asked
+again with the grown blocklist. ``retry_until_up`` sleeps on a durable timer between
+rounds. The result, or the failure, carries every hop for the user.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel, Field
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.plan import PlanRequest, plan_candidates
+    from activities.provision import (
+        InstancesRequest,
+        ProvisionRequest,
+        WaitGoneRequest,
+        check_quota,
+        get_cluster_info,
+        run_instances,
+        stop_instances,
+        terminate_instances,
+        wait_instances_gone,
+        wait_running,
+    )
+    from orch.clouds.base import ClusterInfo, InstanceStatus, ProvisionConfig
+    from orch.clouds.errors import BlockScope
+    from orch.failover_rules import Blocklist, Candidate, FailoverAttempt, record_failure
+    from orch.records import FAILOVER_WORKFLOW, Placement
+    from orch.spec import Task
+    from workflows.options import (
+        CLOUD_CALL,
+        LONG_CALL,
+        error_details,
+        error_message,
+        error_type,
+    )
+
+RETRY_ROUND_S = (30, 60, 120, 300)  # sleeps between rounds of --retry-until-up
+
+
+class FailoverInput(BaseModel):
+    cluster_name: str
+    task: Task
+    placement: Placement | None = None  # pinned: an existing cluster relaunches only there
+    was_up: bool = False  # partial nodes are stopped, not terminated, once a cluster was up
+    retry_until_up: bool = False
+    ssh_public_key: str | None = None
+
+
+class FailoverOutput(BaseModel):
+    placement: Placement
+    info: ClusterInfo
+    history: list[FailoverAttempt] = Field(default_factory=list)
+
+
+@workflow.defn(name=FAILOVER_WORKFLOW)
+class FailoverWorkflow:
+    def __init__(self) -> None:
+        self.history: list[FailoverAttempt] = []
+        self.blocklist = Blocklist()
+        self.current: str = ""
+
+    @workflow.query
+    def attempts(self) -> list[FailoverAttempt]:
+        return self.history
+
+    @workflow.run
+    async def run(self, request: FailoverInput) -> FailoverOutput:
+        rounds = 0
+        while True:
+            try:
+                candidates = await workflow.execute_activity(
+                    plan_candidates,
+                    PlanRequest(task=request.task, blocklist=self.blocklist,
+                                placement=request.placement),
+                    **CLOUD_CALL,
+                )
+            except ActivityError as err:
+                if error_type(err) != "NoCandidatesError" or not self.history:
+                    raise
+                candidates = []
+            for candidate in candidates:
+                output = await self._try_candidate(request, candidate)
+                if output is not None:
+                    return output
+                break  # ask the optimizer again with the grown blocklist
+            else:
+                if not request.retry_until_up:
+                    raise ApplicationError(
+                        "no candidate could provision the cluster",
+                        [a.model_dump(mode="json") for a in self.history],
+                        type="NoResourcesError",
+                        non_retryable=True,
+                    )
+                delay = RETRY_ROUND_S[min(rounds, len(RETRY_ROUND_S) - 1)]
+                rounds += 1
+                workflow.logger.info("no candidate left; retrying in %s s", delay)
+                await workflow.sleep(timedelta(seconds=delay))
+                self.blocklist = Blocklist()
+
+    async def _try_candidate(
+        self, request: FailoverInput, candidate: Candidate
+    ) -> FailoverOutput | None:
+        """Try each unblocked zone of ``candidate``; None when every zone failed."""
+        zones: list[str | None] = list(candidate.zones) or [None]
+        for zone in zones:
+            if self.blocklist.blocks(candidate.cloud, candidate.region, zone,
+                                     candidate.instance_type, candidate.use_spot):
+                continue
+            placement = Placement(
+                cloud=candidate.cloud, region=candidate.region, zone=zone,
+                instance_type=candidate.instance_type, use_spot=candidate.use_spot,
+            )
+            self.current = f"{candidate.cloud}/{candidate.region}/{zone or '-'}"
+            instances = InstancesRequest(
+                cloud=candidate.cloud, region=candidate.region, cluster_name=request.cluster_name
+            )
+            config = ProvisionConfig(
+                cluster_name=request.cluster_name,
+                num_nodes=request.task.num_nodes,
+                region=candidate.region,
+                zone=zone,
+                instance_type=candidate.instance_type,
+                use_spot=candidate.use_spot,
+                disk_size=request.task.resources.disk_size,
+                image_id=request.task.resources.image_id,
+                ports=request.task.resources.ports,
+                idempotency_token=f"{workflow.info().workflow_id}/{len(self.history)}",
+                ssh_public_key=request.ssh_public_key,
+                cpus=request.task.resources.min_cpus(),
+                memory_gb=request.task.resources.min_memory_gb(),
+            )
+            provision = ProvisionRequest(cloud=candidate.cloud, config=config)
+            try:
+                await workflow.execute_activity(check_quota, provision, **CLOUD_CALL)
+                await workflow.execute_activity(run_instances, provision, **CLOUD_CALL)
+                await workflow.execute_activity(wait_running, instances, **LONG_CALL)
+                info = await workflow.execute_activity(get_cluster_info, instances, **CLOUD_CALL)
+                return FailoverOutput(placement=placement, info=info, history=self.history)
+            except ActivityError as err:
+                kind = error_type(err) or "Error"
+                details = error_details(err)
+                scope = BlockScope(details.get("scope", BlockScope.ZONE))
+                attempt = record_failure(candidate, zone, kind, str(details.get("code", "")),
+                                         error_message(err), scope)
+                self.history.append(attempt)
+                workflow.logger.info("provisioning in %s failed: %s", self.current, kind)
+                await self._remove_partial(instances, request.was_up)
+                self.blocklist = self.blocklist.add(attempt.block)
+                if scope in (BlockScope.REGION, BlockScope.CLOUD):
+                    return None
+        return None
+
+    async def _remove_partial(self, instances: InstancesRequest, was_up: bool) -> None:
+        """Partial nodes must be gone (or stopped) before the next candidate is tried."""
+        if was_up:
+            await workflow.execute_activity(stop_instances, instances, **CLOUD_CALL)
+            target: InstanceStatus | None = InstanceStatus.STOPPED
+        else:
+            await workflow.execute_activity(terminate_instances, instances, **CLOUD_CALL)
+            target = None
+        await workflow.execute_activity(
+            wait_instances_gone, WaitGoneRequest(instances=instances, target=target), **LONG_CALL
+        )

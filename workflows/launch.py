@@ -1,0 +1,93 @@
+"""LaunchWorkflow: provision (through FailoverWorkflow), then runtime setup, then the task's
+files and setup.
+
+Provisioning only launches instances and starts Ray; file mounts and setup run after
+(SkyPilot's provision-pipeline proposal), so a setup failure leaves a cluster that is up
+and can be debugged. Each step is reported to the parent ClusterWorkflow by a signal, so
+``orch launch`` can show progress and the cluster's record knows where its nodes are as
+soon as they exist.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.runtime import (
+        NodesRequest,
+        SetupRequest,
+        StartRayRequest,
+        SyncRequest,
+        run_setup,
+        setup_runtime,
+        start_ray,
+        sync_files,
+        wait_for_nodes,
+    )
+    from orch.clouds.base import ClusterInfo
+    from orch.records import LAUNCH_WORKFLOW, LaunchInput, LaunchOutput, Placement
+    from workflows.failover import FailoverInput, FailoverWorkflow
+    from workflows.options import LONG_CALL
+
+PROGRESS_SIGNAL = "launch_progress"
+
+
+class LaunchProgress(BaseModel):
+    step: str
+    placement: Placement | None = None
+    info: ClusterInfo | None = None
+    gcs_address: str | None = None
+
+
+@workflow.defn(name=LAUNCH_WORKFLOW)
+class LaunchWorkflow:
+    async def _report(self, progress: LaunchProgress) -> None:
+        parent = workflow.info().parent
+        if parent is not None:
+            handle = workflow.get_external_workflow_handle(parent.workflow_id)
+            await handle.signal(PROGRESS_SIGNAL, progress)
+
+    @workflow.run
+    async def run(self, request: LaunchInput) -> LaunchOutput:
+        task = request.task
+        if request.reuse is not None:
+            assert request.placement is not None and request.gcs_address is not None
+            info, placement, gcs_address = request.reuse, request.placement, request.gcs_address
+        else:
+            await self._report(LaunchProgress(step="provisioning"))
+            provisioned = await workflow.execute_child_workflow(
+                FailoverWorkflow.run,
+                FailoverInput(cluster_name=request.cluster_name, task=task,
+                              placement=request.placement),
+                id=f"{workflow.info().workflow_id}/failover",
+            )
+            info, placement = provisioned.info, provisioned.placement
+            await self._report(LaunchProgress(
+                step="waiting for nodes", placement=placement, info=info
+            ))
+            nodes = NodesRequest(info=info)
+            await workflow.execute_activity(wait_for_nodes, nodes, **LONG_CALL)
+            await self._report(LaunchProgress(step="setting up runtime"))
+            await workflow.execute_activity(setup_runtime, nodes, **LONG_CALL)
+            await self._report(LaunchProgress(step="starting Ray"))
+            gcs_address = await workflow.execute_activity(
+                start_ray, StartRayRequest(info=info), **LONG_CALL
+            )
+            await self._report(LaunchProgress(step="runtime ready", gcs_address=gcs_address))
+        if task.workdir or task.file_mounts:
+            await self._report(LaunchProgress(step="syncing files"))
+            await workflow.execute_activity(
+                sync_files,
+                SyncRequest(info=info, workdir=task.workdir, file_mounts=task.file_mounts),
+                **LONG_CALL,
+            )
+        if task.setup:
+            await self._report(LaunchProgress(step="running setup"))
+            await workflow.execute_activity(
+                run_setup,
+                SetupRequest(info=info, cluster_name=request.cluster_name, setup=task.setup,
+                             envs=task.envs, job_id=request.job_id, job_name=task.name),
+                **LONG_CALL,
+            )
+        return LaunchOutput(info=info, placement=placement, gcs_address=gcs_address)

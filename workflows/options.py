@@ -1,0 +1,85 @@
+"""Timeouts and retry policies for orch's activities, in one place.
+
+Quick cloud calls get a short start-to-close timeout so that a worker that dies during
+one is noticed soon; long calls heartbeat instead, so they may run for hours and still
+be retried within ``HEARTBEAT`` of a crash.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
+
+HEARTBEAT = timedelta(seconds=20)
+
+# Error types that retrying the same call cannot fix (activities/errors.py sets
+# non_retryable on them too; naming them here also covers errors raised by other code).
+NOT_RETRYABLE = [
+    "CapacityError",
+    "QuotaError",
+    "AuthError",
+    "InvalidConfigError",
+    "SetupError",
+    "SpecError",
+    "NoCandidatesError",
+]
+
+CLOUD_CALL: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(minutes=2),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=2),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=60),
+        maximum_attempts=6,
+        non_retryable_error_types=NOT_RETRYABLE,
+    ),
+}
+
+LONG_CALL: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(hours=6),
+    "heartbeat_timeout": HEARTBEAT,
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=2),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=60),
+        maximum_attempts=5,
+        non_retryable_error_types=NOT_RETRYABLE,
+    ),
+}
+
+BEST_EFFORT: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(seconds=90),
+    "heartbeat_timeout": HEARTBEAT,
+    "retry_policy": RetryPolicy(maximum_attempts=2, initial_interval=timedelta(seconds=1)),
+}
+
+
+def error_type(error: BaseException) -> str:
+    """The ApplicationError type behind an activity or child workflow failure, or ''."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ApplicationError):
+            return cause.type or ""
+        cause = cause.__cause__
+    return ""
+
+
+def error_details(error: BaseException) -> dict[str, Any]:
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ApplicationError):
+            details = cause.details[0] if cause.details else {}
+            return details if isinstance(details, dict) else {}
+        cause = cause.__cause__
+    return {}
+
+
+def error_message(error: BaseException) -> str:
+    """The innermost message: what actually went wrong, not the wrapping layers."""
+    cause: BaseException = error
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    return getattr(cause, "message", None) or str(cause)

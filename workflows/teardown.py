@@ -1,0 +1,65 @@
+"""TeardownWorkflow: stop or terminate a cluster, and make sure of it.
+
+``ray stop`` on the nodes comes first and is best effort: a head that does not exist or
+cannot be reached must not fail the teardown (SkyPilot's bug, where ``run_on_head``
+raised "Failed to get head ip" for a cluster already gone). Instances are then found by
+the cluster's tags, not by the record, so half-provisioned clusters are covered; we
+query until every one is stopped or terminated, then clean up ports.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.provision import (
+        InstancesRequest,
+        WaitGoneRequest,
+        cleanup_ports,
+        stop_instances,
+        terminate_instances,
+        wait_instances_gone,
+    )
+    from activities.runtime import NodesRequest, stop_ray
+    from orch.clouds.base import InstanceStatus
+    from orch.records import TEARDOWN_WORKFLOW, TeardownInput, TeardownResult
+    from workflows.options import BEST_EFFORT, CLOUD_CALL, LONG_CALL, error_message
+
+
+@workflow.defn(name=TEARDOWN_WORKFLOW)
+class TeardownWorkflow:
+    @workflow.run
+    async def run(self, request: TeardownInput) -> TeardownResult:
+        name, verb = request.cluster_name, "terminated" if request.terminate else "stopped"
+        if request.placement is None:
+            return TeardownResult(
+                message=f"Cluster {name} was never provisioned: nothing to tear down."
+            )
+        warnings = []
+        if request.info is not None and request.info.nodes:
+            try:
+                await workflow.execute_activity(
+                    stop_ray, NodesRequest(info=request.info, timeout_s=60), **BEST_EFFORT
+                )
+            except ActivityError as err:
+                warnings.append(f"ray stop skipped: {error_message(err)}")
+        instances = InstancesRequest(
+            cloud=request.placement.cloud, region=request.placement.region, cluster_name=name
+        )
+        action = terminate_instances if request.terminate else stop_instances
+        found = await workflow.execute_activity(action, instances, **CLOUD_CALL)
+        await workflow.execute_activity(
+            wait_instances_gone,
+            WaitGoneRequest(
+                instances=instances, target=None if request.terminate else InstanceStatus.STOPPED
+            ),
+            **LONG_CALL,
+        )
+        if request.terminate:
+            await workflow.execute_activity(cleanup_ports, instances, **CLOUD_CALL)
+        if not found:
+            message = f"Cluster {name} had no instances on {request.placement.cloud}: nothing to do."
+        else:
+            message = f"Cluster {name}: {len(found)} instance(s) {verb}."
+        return TeardownResult(message=message, instances=found, warnings=warnings)
