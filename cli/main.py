@@ -14,7 +14,7 @@ from rich.console import Console
 
 from cli import display
 from cli.tasks import overrides_from_flags, task_from_args
-from orch.client import Client, OrchError
+from orch.client import INVALID_RESOURCES, Client, OrchError
 from orch.config import TemporalSettings
 from orch.runtime.jobs import JobRecord
 from orch.server import ControlPlane, ControlPlaneError
@@ -69,7 +69,7 @@ def run(coro_fn: Callable[[Client], Awaitable[T]]) -> T:
     try:
         return asyncio.run(main())
     except OrchError as err:
-        raise fail(str(err)) from None
+        raise fail(str(err), code=2 if err.kind == INVALID_RESOURCES else 1) from None
     except ControlPlaneError as err:
         raise fail(f"the control plane is not available: {err}") from None
     except KeyboardInterrupt:

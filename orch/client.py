@@ -40,6 +40,7 @@ from temporalio.service import RPCStatusCode
 
 from orch.clouds.base import NodeInfo
 from orch.config import TASK_QUEUE, TemporalSettings
+from orch.optimizer import OptimizerError, plan
 from orch.records import (
     CLUSTER_WORKFLOW,
     SA_CLOUD,
@@ -65,6 +66,7 @@ from orch.status import ClusterStatus
 
 CONNECT_TIMEOUT_S = 60
 PROGRESS_POLL_S = 0.5
+INVALID_RESOURCES = "InvalidResources"  # an OrchError kind: the user's request, not a failure
 
 
 class OrchError(Exception):
@@ -187,6 +189,7 @@ class Client:
     ) -> LaunchResult:
         """Launch ``task`` on ``cluster`` (created, or reused when UP); returns once the job
         is submitted. ``on_step`` is told each step as the workflow reports it."""
+        self.validate(task)
         cluster = cluster or f"orch-{secrets.token_hex(3)}"
         start = WithStartWorkflowOperation(
             CLUSTER_WORKFLOW,
@@ -203,6 +206,15 @@ class Client:
         except WorkflowUpdateFailedError as err:
             raise _failure(err) from None
         return await self._await_with_progress(cluster, update.result(), on_step)
+
+    @staticmethod
+    def validate(task: Task) -> None:
+        """Refuse, before anything starts, a task no cloud in the catalog could run (unknown
+        names get "did you mean"). Credentials are the worker's business, checked there."""
+        try:
+            plan(task)
+        except OptimizerError as err:
+            raise OrchError(str(err), INVALID_RESOURCES) from None
 
     async def _await_with_progress(self, cluster: str, result_coro, on_step) -> Any:
         result = asyncio.ensure_future(result_coro)

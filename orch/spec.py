@@ -29,7 +29,8 @@ class SpecError(Exception):
         self.source = source
         self.problems = problems
         lines = [f"{source}: invalid task spec"]
-        lines += [f"  {field}: {message}" if field else f"  {message}" for field, message in problems]
+        lines += [f"  {field}: {message}" if field else f"  {message}" for field, message in
+                  problems]
         super().__init__("\n".join(lines))
 
 
@@ -89,9 +90,12 @@ def parse_accelerators(value: Any) -> dict[str, int | None] | None:
     if isinstance(value, dict):
         parsed: dict[str, int | None] = {}
         for name, count in value.items():
-            if count is not None and (not isinstance(count, int | float) or count <= 0):
+            if count is None:  # YAML's set form {A100:8, H100:8}: counts inside the names
+                parsed.update(parse_accelerators(str(name)) or {})
+                continue
+            if not isinstance(count, int | float) or count <= 0:
                 raise ValueError(f"count of {name!r} must be a positive number, got {count!r}")
-            parsed[str(name)] = None if count is None else int(count)
+            parsed[str(name)] = int(count)
         return parsed
     raise ValueError(f"expected NAME, NAME:COUNT, a mapping or a list, got {value!r}")
 
@@ -121,11 +125,14 @@ class Resources(_Strict):
         if not isinstance(data, dict) or "accelerators" not in data:
             return data
         raw = data["accelerators"]
+        try:
+            parsed = None if isinstance(raw, list) else parse_accelerators(raw)
+            choices = [parse_accelerators(item) for item in raw] if isinstance(raw, list) else []
+        except ValueError:
+            return data  # the field's own validator reports it, with its location
         if isinstance(raw, list):
-            choices = [parse_accelerators(item) for item in raw]
             key = "ordered"
         else:
-            parsed = parse_accelerators(raw)
             if parsed is None or len(parsed) <= 1:
                 single = {k: (v or 1) for k, v in (parsed or {}).items()} or None
                 return {**data, "accelerators": single}
@@ -136,6 +143,13 @@ class Resources(_Strict):
         base = {k: v for k, v in data.items() if k != "accelerators"}
         alternatives = [{**base, "accelerators": choice} for choice in choices]
         return {**base, key: alternatives}
+
+    @field_validator("accelerators", mode="before")
+    @classmethod
+    def _accelerators(cls, value: Any) -> dict[str, int | None] | None:
+        if isinstance(value, list):
+            raise ValueError("a list of accelerators is only allowed at the top of resources")
+        return parse_accelerators(value)
 
     @field_validator("cloud")
     @classmethod
@@ -306,8 +320,9 @@ def parse_task(data: Any, source: str, base: Path | None = None, prefix: str = "
     try:
         task = Task.model_validate(data)
     except ValidationError as exc:
-        problems = [_describe(e) for e in exc.errors()]
-        raise SpecError(source, [(prefix + f if f else prefix.rstrip("."), m) for f, m in problems])
+        problems = [_describe(dict(e)) for e in exc.errors()]
+        located = [(prefix + f if f else prefix.rstrip("."), m) for f, m in problems]
+        raise SpecError(source, located) from None
     task, problems = _check_paths(task, base or Path.cwd())
     if problems:
         raise SpecError(source, [(prefix + f, m) for f, m in problems])

@@ -39,7 +39,13 @@ with workflow.unsafe.imports_passed_through():
     from orch.spec import Task
     from orch.status import ClusterStatus
     from workflows.launch import PROGRESS_SIGNAL, LaunchProgress, LaunchWorkflow
-    from workflows.options import CLOUD_CALL, LONG_CALL, error_message, error_type
+    from workflows.options import (
+        CLOUD_CALL,
+        LONG_CALL,
+        error_details,
+        error_message,
+        error_type,
+    )
     from workflows.teardown import TeardownWorkflow
 
 DEFAULT_CPUS_PER_NODE = 0.5  # a job's bundle when the task names no CPUs
@@ -162,8 +168,8 @@ class ClusterWorkflow:
                 else:
                     self._set_status(ClusterStatus.UP if reuse else ClusterStatus.INIT)
                 raise ApplicationError(
-                    self.state.last_error, type=error_type(err) or "LaunchFailed",
-                    non_retryable=True,
+                    self.state.last_error, error_details(err),
+                    type=error_type(err) or "LaunchFailed", non_retryable=True,
                 ) from err
             self.state.info, self.state.placement = output.info, output.placement
             self.state.gcs_address = output.gcs_address

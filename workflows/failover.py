@@ -129,14 +129,15 @@ class FailoverWorkflow:
                 region=candidate.region,
                 zone=zone,
                 instance_type=candidate.instance_type,
+                accelerators=candidate.accelerators,
                 use_spot=candidate.use_spot,
                 disk_size=request.task.resources.disk_size,
                 image_id=request.task.resources.image_id,
                 ports=request.task.resources.ports,
                 idempotency_token=f"{workflow.info().workflow_id}/{len(self.history)}",
                 ssh_public_key=request.ssh_public_key,
-                cpus=request.task.resources.min_cpus(),
-                memory_gb=request.task.resources.min_memory_gb(),
+                cpus=candidate.cpus,
+                memory_gb=candidate.memory_gb,
             )
             provision = ProvisionRequest(cloud=candidate.cloud, config=config)
             try:

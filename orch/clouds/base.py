@@ -38,6 +38,7 @@ class ProvisionConfig(_Record):
     region: str
     zone: str | None = None
     instance_type: str | None = None
+    accelerators: dict[str, int] | None = None  # GCP attaches some GPUs to a host type
     use_spot: bool = False
     disk_size: int = 256
     image_id: str | None = None

@@ -1,0 +1,330 @@
+"""The GCP provider: Compute Engine instances found by their labels.
+
+Instances are zonal while the provider interface is keyed by region, so a cluster's
+instances are listed with ``instances.aggregatedList`` filtered by the ``orch-cluster``
+label and kept to the region's zones. A cluster lives in one zone: the zone of the
+instances it already has, else the zone asked for, else the region's first zone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from orch.clouds.base import (
+    ClusterInfo,
+    InstanceStatus,
+    ProvisionConfig,
+    ProvisionRecord,
+)
+from orch.clouds.errors import (
+    BlockScope,
+    CapacityError,
+    InvalidConfigError,
+    ProvisionError,
+    TransientError,
+)
+from orch.clouds.gcp_client import ComputeAPI, GCPSettings
+from orch.clouds.gcp_quota import check, gpu_count, parse_quotas, regional_demand
+from orch.clouds.gcp_resources import (
+    cloud_cluster_name,
+    firewall_body,
+    firewall_name,
+    firewall_ports,
+    head_name,
+    instance_body,
+    label_filter,
+    last_segment,
+    node_info,
+    node_names,
+    node_order,
+    status_of,
+    zone_in_region,
+)
+
+_ACTIVE = (InstanceStatus.PENDING, InstanceStatus.RUNNING)
+
+
+class GCPProvider:
+    """Compute Engine through google-api-python-client. ``poll_interval`` and
+    ``max_polls`` bound the waits that poll instance status (operations are waited with
+    ``zoneOperations.wait``, which blocks on Google's side)."""
+
+    name = "gcp"
+
+    def __init__(
+        self,
+        settings: GCPSettings | None = None,
+        *,
+        ssh_user: str = "orch",
+        poll_interval: float = 5.0,
+        max_polls: int = 120,
+    ):
+        self.api = ComputeAPI(settings or GCPSettings.from_env())
+        self.ssh_user = ssh_user
+        self.poll_interval = poll_interval
+        self.max_polls = max_polls
+
+    # -- credentials --------------------------------------------------------------
+    def credentials_ok(self) -> tuple[bool, str]:
+        """Whether the credentials can read the project (one ``projects.get``)."""
+        try:
+            project = self.api.project
+            self.api.get(self.api.compute().projects().get(project=project))
+        except ProvisionError as e:
+            return False, f"{type(e).__name__} {e.code}: {e.message}"
+        return True, f"project {project}"
+
+    # -- lookups ------------------------------------------------------------------
+    def _instances(
+        self, region: str, cloud_name: str, worker_only: bool = False
+    ) -> list[dict[str, Any]]:
+        """Every instance of the cluster in the region, in any status, head first."""
+        instances_api = self.api.compute().instances()
+        request = instances_api.aggregatedList(
+            project=self.api.project, filter=label_filter(cloud_name, worker_only)
+        )
+        found: list[dict[str, Any]] = []
+        while request is not None:
+            page = self.api.get(request)
+            for scope, items in page.get("items", {}).items():
+                if zone_in_region(last_segment(scope), region):
+                    found += items.get("instances", [])
+            request = instances_api.aggregatedList_next(request, page)
+        return sorted(found, key=node_order)
+
+    def _region(self, region: str) -> dict[str, Any]:
+        return self.api.get(self.api.compute().regions().get(project=self.api.project,
+                                                             region=region))
+
+    def _machine_type(self, zone: str, machine_type: str) -> dict[str, Any]:
+        return self.api.get(self.api.compute().machineTypes().get(
+            project=self.api.project, zone=zone, machineType=machine_type))
+
+    def _zone(self, config: ProvisionConfig, existing: list[dict[str, Any]],
+              region: dict[str, Any] | None = None) -> str:
+        """The cluster's zone: where its instances are, else the requested one, else the
+        region's first."""
+        if existing:
+            zone = last_segment(existing[0]["zone"])
+            if config.zone and config.zone != zone:
+                raise InvalidConfigError(
+                    f"cluster {config.cluster_name} already has instances in {zone}, "
+                    f"not {config.zone}", code="CLUSTER_IN_OTHER_ZONE", scope=BlockScope.ZONE)
+            return zone
+        if config.zone:
+            if not zone_in_region(config.zone, config.region):
+                raise InvalidConfigError(f"zone {config.zone} is not in region {config.region}",
+                                         code="ZONE_NOT_IN_REGION", scope=BlockScope.ZONE)
+            return config.zone
+        zones = sorted(last_segment(z) for z in (region or self._region(config.region))["zones"])
+        if not zones:
+            raise InvalidConfigError(f"region {config.region} has no zones", code="NO_ZONES",
+                                     scope=BlockScope.REGION)
+        return zones[0]
+
+    @staticmethod
+    def _require_instance_type(config: ProvisionConfig) -> str:
+        if not config.instance_type:
+            raise InvalidConfigError("GCP needs an instance type (machine type)",
+                                     code="NO_MACHINE_TYPE")
+        return config.instance_type
+
+    # -- the provider interface -------------------------------------------------------
+    def check_quota(self, config: ProvisionConfig) -> None:
+        machine_type = self._require_instance_type(config)
+        cloud_name = cloud_cluster_name(config.cluster_name)
+        existing = self._instances(config.region, cloud_name)
+        # Instances that already run count in the usage Google reports: ask only for the rest.
+        active = sum(status_of(i) in _ACTIVE for i in existing)
+        nodes = max(config.num_nodes - active, 0)
+        if nodes == 0:
+            return
+        region = self._region(config.region)
+        machine = self._machine_type(self._zone(config, existing, region), machine_type)
+        regional = parse_quotas(region)
+        check(regional_demand(machine, nodes, config.use_spot, regional), regional,
+              f"in region {config.region}")
+        gpus = gpu_count(machine, nodes)
+        if gpus:
+            project = self.api.get(self.api.compute().projects().get(project=self.api.project))
+            check(Counter({"GPUS_ALL_REGIONS": gpus}), parse_quotas(project), "globally")
+
+    def run_instances(self, config: ProvisionConfig) -> ProvisionRecord:
+        machine_type = self._require_instance_type(config)
+        cloud_name = cloud_cluster_name(config.cluster_name)
+        existing = self._instances(config.region, cloud_name)
+        zone = self._zone(config, existing)
+        machine = self._machine_type(zone, machine_type)
+        resumed = self._resume(config, zone, existing)
+
+        compute = self.api.compute()
+        created: list[str] = []
+        operations: list[dict[str, Any]] = []
+        # Every node is inserted, even those listed above: the name makes the insert
+        # idempotent (409 alreadyExists), which holds even when the listing is stale
+        # because an earlier attempt of this activity is still running.
+        for name, kind in node_names(cloud_name, config.num_nodes):
+            body = instance_body(config, cloud_name, name, kind, zone,
+                                 has_accelerators=bool(machine.get("accelerators")),
+                                 ssh_user=self.ssh_user)
+            operation = self.api.call(
+                compute.instances().insert(project=self.api.project, zone=zone, body=body),
+                tolerate={"alreadyExists"},
+            )
+            if operation is not None:
+                created.append(name)
+                operations.append(operation)
+        self.api.wait_all(operations, zone, tolerate={"RESOURCE_ALREADY_EXISTS"})
+        if config.ports:
+            self.open_ports(config.region, config.cluster_name, config.ports)
+        return ProvisionRecord(
+            cloud=self.name,
+            cluster_name=config.cluster_name,
+            region=config.region,
+            zone=zone,
+            head_instance_id=head_name(cloud_name),
+            created_instance_ids=created,
+            resumed_instance_ids=resumed,
+        )
+
+    def _resume(self, config: ProvisionConfig, zone: str,
+                existing: list[dict[str, Any]]) -> list[str]:
+        """Start the cluster's stopped instances (after any still stopping has stopped)."""
+        if not any(status_of(i) in (InstanceStatus.STOPPING, InstanceStatus.STOPPED)
+                   for i in existing):
+            return []
+        if not config.resume_stopped:
+            raise InvalidConfigError(
+                f"cluster {config.cluster_name} has stopped instances; resume or terminate it",
+                code="STOPPED_INSTANCES_EXIST", scope=BlockScope.ZONE)
+        instances = self.api.compute().instances()
+        stopped = self._until_stopped(zone, existing)
+        operations = [
+            self.api.get(instances.start(project=self.api.project, zone=zone, instance=name))
+            for name in stopped
+        ]
+        self.api.wait_all(operations, zone)
+        return stopped
+
+    def _until_stopped(self, zone: str, existing: list[dict[str, Any]]) -> list[str]:
+        """Names of the stopped instances, once none is STOPPING any more (Google refuses
+        to start an instance that is still stopping)."""
+        instances = self.api.compute().instances()
+        for _ in range(self.max_polls):
+            stopping = [i["name"] for i in existing if status_of(i) == InstanceStatus.STOPPING]
+            if not stopping:
+                return [i["name"] for i in existing if status_of(i) == InstanceStatus.STOPPED]
+            time.sleep(self.poll_interval)
+            existing = [
+                self.api.get(instances.get(project=self.api.project, zone=zone, instance=i["name"]))
+                if i["name"] in stopping else i
+                for i in existing
+            ]
+        raise TransientError(f"instances still stopping in {zone}", code="RESOURCE_NOT_READY")
+
+    def wait_instances(self, region: str, cluster_name: str, state: InstanceStatus) -> None:
+        for _ in range(self.max_polls):
+            statuses = self.query_instances(region, cluster_name)
+            if state == InstanceStatus.RUNNING:
+                if not statuses:
+                    raise CapacityError(f"cluster {cluster_name} has no instances in {region}",
+                                        code="RESOURCE_NOT_FOUND")
+                gone = sorted(n for n, s in statuses.items() if s not in _ACTIVE)
+                if gone:  # e.g. spot capacity reclaimed while booting
+                    raise CapacityError(f"instances {gone} stopped before running",
+                                        code="PREEMPTED")
+            if all(s == state for s in statuses.values()):
+                return
+            time.sleep(self.poll_interval)
+        raise TransientError(
+            f"cluster {cluster_name} not {state} after {self.max_polls} polls",
+            code="WAIT_TIMEOUT",
+        )
+
+    def query_instances(self, region: str, cluster_name: str) -> dict[str, InstanceStatus]:
+        return {
+            i["name"]: status_of(i)
+            for i in self._instances(region, cloud_cluster_name(cluster_name))
+        }
+
+    def get_cluster_info(self, region: str, cluster_name: str) -> ClusterInfo:
+        running = [
+            i for i in self._instances(region, cloud_cluster_name(cluster_name))
+            if status_of(i) == InstanceStatus.RUNNING
+        ]
+        if not running:
+            return ClusterInfo(cloud=self.name, region=region)
+        zone = last_segment(running[0]["zone"])
+        machine_type = last_segment(running[0]["machineType"])
+        machine = self._machine_type(zone, machine_type)
+        return ClusterInfo(
+            cloud=self.name,
+            region=region,
+            zone=zone,
+            instance_type=machine_type,
+            nodes=[node_info(i, machine, self.ssh_user) for i in running],
+        )
+
+    def stop_instances(self, region: str, cluster_name: str, worker_only: bool = False) -> None:
+        targets = [
+            i for i in self._instances(region, cloud_cluster_name(cluster_name), worker_only)
+            if status_of(i) in _ACTIVE
+        ]
+        self._each(targets, "stop", tolerate={"notFound"})
+
+    def terminate_instances(
+        self, region: str, cluster_name: str, worker_only: bool = False
+    ) -> None:
+        targets = self._instances(region, cloud_cluster_name(cluster_name), worker_only)
+        self._each(targets, "delete", tolerate={"notFound"})
+
+    def _each(self, targets: list[dict[str, Any]], method: str, *, tolerate: set[str]) -> None:
+        """Call instances.<method> on every target, then wait for all of them. An
+        instance deleted meanwhile is not an error."""
+        instances = self.api.compute().instances()
+        by_zone: dict[str, list[dict[str, Any]]] = {}
+        for instance in targets:
+            zone = last_segment(instance["zone"])
+            request = getattr(instances, method)(
+                project=self.api.project, zone=zone, instance=instance["name"])
+            operation = self.api.call(request, tolerate=tolerate)
+            if operation is not None:
+                by_zone.setdefault(zone, []).append(operation)
+        for zone, operations in by_zone.items():
+            self.api.wait_all(operations, zone, tolerate={"RESOURCE_NOT_FOUND"})
+
+    def open_ports(self, region: str, cluster_name: str, ports: list[str]) -> None:
+        """Create the cluster's firewall rule, or widen it to include ``ports``."""
+        if not ports:
+            return
+        cloud_name = cloud_cluster_name(cluster_name)
+        firewalls = self.api.compute().firewalls()
+        project, rule = self.api.project, firewall_name(cloud_name)
+        current = self.api.call(firewalls.get(project=project, firewall=rule),
+                                tolerate={"notFound"})
+        if current is None:
+            operation = self.api.call(
+                firewalls.insert(project=project, body=firewall_body(cloud_name, ports)),
+                tolerate={"alreadyExists"},
+            )
+            if operation is not None:
+                self.api.wait(operation)
+                return
+            # Created concurrently: fall through and widen it.
+            current = self.api.get(firewalls.get(project=project, firewall=rule))
+        have = firewall_ports(current)
+        wanted = have + [p for p in ports if p not in have]
+        if wanted != have:
+            self.api.wait(self.api.get(firewalls.patch(
+                project=project, firewall=rule, body=firewall_body(cloud_name, wanted))))
+
+    def cleanup_ports(self, region: str, cluster_name: str) -> None:
+        rule = firewall_name(cloud_cluster_name(cluster_name))
+        operation = self.api.call(
+            self.api.compute().firewalls().delete(project=self.api.project, firewall=rule),
+            tolerate={"notFound"},
+        )
+        if operation is not None:
+            self.api.wait(operation, tolerate={"RESOURCE_NOT_FOUND"})

@@ -1,0 +1,60 @@
+"""End to end: the `orch` CLI, the embedded Temporal dev server, a worker and real Ray on
+the local cloud, all in a throwaway ORCH_HOME."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orch.server import ControlPlane
+
+ORCH = str(Path(sys.executable).parent / "orch")
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Orch:
+    """Runs the CLI as a user would, in the test's ORCH_HOME."""
+
+    def __init__(self, home: Path):
+        self.home = home
+        self.env = {**os.environ, "ORCH_HOME": str(home), "COLUMNS": "200"}
+        self.env.pop("TEMPORAL_ADDRESS", None)
+
+    def __call__(self, *args: str, check: bool = True, timeout: float = 300
+                 ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([ORCH, *args], env=self.env, cwd=REPO, capture_output=True,
+                                text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        if check and result.returncode != 0:
+            raise AssertionError(f"orch {' '.join(args)} exited {result.returncode}:\n"
+                                 f"{result.stdout}\n{result.stderr}")
+        return result
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([ORCH, *args], env=self.env, cwd=REPO, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+
+    def json(self, *args: str) -> list[dict]:
+        return list(json.loads(self(*args, "--json").stdout))
+
+    def plane(self) -> ControlPlane:
+        return ControlPlane(self.home)
+
+
+@pytest.fixture(scope="session")
+def orch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Orch]:
+    home = tmp_path_factory.mktemp("orch-home")
+    cli = Orch(home)
+    cli("server", "start")
+    try:
+        yield cli
+    finally:
+        for cluster in cli.json("status"):
+            cli("down", "-y", cluster["name"], check=False)
+        cli("server", "stop", check=False)

@@ -1,0 +1,138 @@
+"""Scripted fakes of orch's activities, registered under the real activity names.
+
+The workflows under test cannot tell them from the real ones: same names, same pydantic
+inputs and results, same typed ApplicationErrors. A test scripts failures per activity
+(``fail``) and reads back the order of calls (``calls``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.plan import PlanRequest
+from activities.provision import InstancesRequest, ProvisionRequest, WaitGoneRequest
+from activities.runtime import NodesRequest, SetupRequest, StartRayRequest, SubmitRequest, SyncRequest
+from orch.clouds.base import ClusterInfo, InstanceStatus, NodeInfo, ProvisionRecord
+from orch.failover_rules import Candidate
+from orch.runtime.jobs import JobRecord
+from orch.status import JobStatus
+
+
+class FakeCloud:
+    def __init__(self, candidates: list[Candidate] | None = None) -> None:
+        self.candidates = candidates or [Candidate(cloud="local", region="local")]
+        self.instances: dict[str, dict[str, InstanceStatus]] = defaultdict(dict)
+        self.calls: list[str] = []
+        self.failures: dict[str, list[ApplicationError]] = defaultdict(list)
+        self.submitted: list[int] = []
+
+    def fail(self, activity_name: str, error: ApplicationError, times: int = 1) -> None:
+        self.failures[activity_name] += [error] * times
+
+    def _enter(self, name: str) -> None:
+        self.calls.append(name)
+        if self.failures[name]:
+            raise self.failures[name].pop(0)
+
+    def info(self, cluster: str) -> ClusterInfo:
+        nodes = [
+            NodeInfo(instance_id=i, internal_ip=f"10.0.0.{n + 1}", is_head=n == 0, cpus=4,
+                     memory_gb=16)
+            for n, i in enumerate(sorted(self.instances[cluster]))
+        ]
+        return ClusterInfo(cloud="local", region="local", nodes=nodes)
+
+    # -- the activities -----------------------------------------------------------------
+    def activities(self) -> list:
+        @activity.defn(name="plan_candidates")
+        async def plan_candidates(request: PlanRequest) -> list[Candidate]:
+            self._enter("plan_candidates")
+            return [c for c in self.candidates
+                    if not request.blocklist.blocks(c.cloud, c.region, None, c.instance_type,
+                                                    c.use_spot)]
+
+        @activity.defn(name="check_quota")
+        async def check_quota(request: ProvisionRequest) -> None:
+            self._enter("check_quota")
+
+        @activity.defn(name="run_instances")
+        async def run_instances(request: ProvisionRequest) -> ProvisionRecord:
+            self._enter("run_instances")
+            config = request.config
+            nodes = self.instances[config.cluster_name]
+            for index in range(config.num_nodes):
+                nodes.setdefault(f"{config.cluster_name}-{index}", InstanceStatus.RUNNING)
+            return ProvisionRecord(cloud=request.cloud, cluster_name=config.cluster_name,
+                                   region=config.region, head_instance_id=f"{config.cluster_name}-0")
+
+        @activity.defn(name="wait_running")
+        async def wait_running(request: InstancesRequest) -> None:
+            self._enter("wait_running")
+
+        @activity.defn(name="get_cluster_info")
+        async def get_cluster_info(request: InstancesRequest) -> ClusterInfo:
+            self._enter("get_cluster_info")
+            return self.info(request.cluster_name)
+
+        @activity.defn(name="terminate_instances")
+        async def terminate_instances(request: InstancesRequest) -> list[str]:
+            self._enter("terminate_instances")
+            found = sorted(self.instances[request.cluster_name])
+            self.instances[request.cluster_name].clear()
+            return found
+
+        @activity.defn(name="stop_instances")
+        async def stop_instances(request: InstancesRequest) -> list[str]:
+            self._enter("stop_instances")
+            nodes = self.instances[request.cluster_name]
+            for instance in nodes:
+                nodes[instance] = InstanceStatus.STOPPED
+            return sorted(nodes)
+
+        @activity.defn(name="wait_instances_gone")
+        async def wait_instances_gone(request: WaitGoneRequest) -> None:
+            self._enter("wait_instances_gone")
+
+        @activity.defn(name="cleanup_ports")
+        async def cleanup_ports(request: InstancesRequest) -> None:
+            self._enter("cleanup_ports")
+
+        @activity.defn(name="wait_for_nodes")
+        async def wait_for_nodes(request: NodesRequest) -> None:
+            self._enter("wait_for_nodes")
+
+        @activity.defn(name="setup_runtime")
+        async def setup_runtime(request: NodesRequest) -> None:
+            self._enter("setup_runtime")
+
+        @activity.defn(name="start_ray")
+        async def start_ray(request: StartRayRequest) -> str:
+            self._enter("start_ray")
+            return f"{request.info.nodes[0].internal_ip}:6380"
+
+        @activity.defn(name="sync_files")
+        async def sync_files(request: SyncRequest) -> None:
+            self._enter("sync_files")
+
+        @activity.defn(name="run_setup")
+        async def run_setup(request: SetupRequest) -> None:
+            self._enter("run_setup")
+
+        @activity.defn(name="submit_job")
+        async def submit_job(request: SubmitRequest) -> JobRecord:
+            self._enter("submit_job")
+            self.submitted.append(request.spec.id)
+            return JobRecord(id=request.spec.id, status=JobStatus.PENDING,
+                             submitted_at="2026-01-01T00:00:00Z")
+
+        @activity.defn(name="stop_ray")
+        async def stop_ray(request: NodesRequest) -> None:
+            self._enter("stop_ray")
+
+        return [plan_candidates, check_quota, run_instances, wait_running, get_cluster_info,
+                terminate_instances, stop_instances, wait_instances_gone, cleanup_ports,
+                wait_for_nodes, setup_runtime, start_ray, sync_files, run_setup, submit_job,
+                stop_ray]

@@ -1,0 +1,212 @@
+"""ClusterWorkflow, LaunchWorkflow, FailoverWorkflow and TeardownWorkflow on the
+time-skipping test server, with every activity replaced by the scripted FakeCloud."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from orch.records import (
+    ClusterInput,
+    ClusterRecord,
+    DownRequest,
+    ExecRequest,
+    LaunchRequest,
+    LaunchResult,
+    Placement,
+    TeardownInput,
+    TeardownResult,
+)
+from orch.spec import Task
+from orch.status import ClusterStatus
+from tests.workflows.fake_cloud import FakeCloud
+from tests.workflows.histories import save_with_children
+from workers.registry import WORKFLOWS
+from workflows.cluster import ClusterWorkflow
+from workflows.teardown import TeardownWorkflow
+
+HELLO = Task(name="hello", num_nodes=2, setup="echo setup", run="echo run",
+             workdir="/tmp")
+
+PROVISION = ["plan_candidates", "check_quota", "run_instances", "wait_running",
+             "get_cluster_info"]
+RUNTIME = ["wait_for_nodes", "setup_runtime", "start_ray"]
+
+
+class Harness:
+    def __init__(self, env: WorkflowEnvironment, cloud: FakeCloud, task_queue: str):
+        self.env, self.cloud, self.task_queue = env, cloud, task_queue
+
+    async def cluster(self, name: str = "hello") -> WorkflowHandle:
+        return await self.env.client.start_workflow(
+            ClusterWorkflow.run,
+            ClusterInput(name=name, publish_search_attributes=False),
+            id=f"cluster/{name}-{uuid.uuid4().hex[:6]}",
+            task_queue=self.task_queue,
+        )
+
+    async def launch(self, handle: WorkflowHandle, task: Task = HELLO) -> LaunchResult:
+        result: LaunchResult = await handle.execute_update(
+            ClusterWorkflow.launch, LaunchRequest(task=task)
+        )
+        return result
+
+    async def record(self, handle: WorkflowHandle) -> ClusterRecord:
+        record: ClusterRecord = await handle.query(ClusterWorkflow.record)
+        return record
+
+
+@pytest_asyncio.fixture
+async def harness(time_skipping_env: WorkflowEnvironment) -> AsyncIterator[Harness]:
+    cloud = FakeCloud()
+    task_queue = f"test-{uuid.uuid4().hex[:8]}"
+    async with Worker(time_skipping_env.client, task_queue=task_queue, workflows=WORKFLOWS,
+                      activities=cloud.activities()):
+        yield Harness(time_skipping_env, cloud, task_queue)
+
+
+async def test_launch_runs_the_steps_in_order_and_submits_job_1(harness: Harness) -> None:
+    handle = await harness.cluster()
+    result = await harness.launch(handle)
+
+    assert harness.cloud.calls == PROVISION + RUNTIME + ["sync_files", "run_setup", "submit_job"]
+    assert result.job_id == 1 and result.provisioned
+    assert result.record.status == ClusterStatus.UP
+    assert result.record.placement == Placement(cloud="local", region="local")
+    assert [n.internal_ip for n in result.record.info.nodes] == ["10.0.0.1", "10.0.0.2"]
+    assert result.record.gcs_address == "10.0.0.1:6380"
+    await save_with_children(harness.env.client, handle, "cluster_launch")
+
+
+async def test_launch_on_an_up_cluster_reuses_it(harness: Harness) -> None:
+    handle = await harness.cluster()
+    await harness.launch(handle)
+    harness.cloud.calls.clear()
+
+    again = await harness.launch(handle)
+
+    assert harness.cloud.calls == ["sync_files", "run_setup", "submit_job"]
+    assert again.job_id == 2 and not again.provisioned
+    assert harness.cloud.submitted == [1, 2]
+
+
+async def test_a_task_that_does_not_fit_is_refused_before_anything_runs(harness: Harness) -> None:
+    handle = await harness.cluster()
+    await harness.launch(handle)
+    harness.cloud.calls.clear()
+
+    with pytest.raises(WorkflowUpdateFailedError) as failure:
+        await harness.launch(handle, HELLO.model_copy(update={"num_nodes": 3}))
+
+    assert "needs 3 nodes" in str(failure.value.cause)
+    assert harness.cloud.calls == []
+
+
+async def test_setup_failure_leaves_the_cluster_up_and_reports_the_tail(harness: Harness) -> None:
+    harness.cloud.fail("run_setup", ApplicationError(
+        "setup failed on rank 1", {"tail": "(setup, rank=1) boom"}, type="SetupError",
+        non_retryable=True))
+    handle = await harness.cluster()
+
+    with pytest.raises(WorkflowUpdateFailedError) as failure:
+        await harness.launch(handle)
+
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "SetupError"
+    record = await harness.record(handle)
+    assert record.status == ClusterStatus.UP
+    assert "submit_job" not in harness.cloud.calls
+    assert record.next_job_id == 2  # job 1 is the one that failed its setup
+    await save_with_children(harness.env.client, handle, "cluster_setup_failure")
+
+
+async def test_a_failed_provision_leaves_init_and_a_relaunch_does_not_duplicate(
+    harness: Harness,
+) -> None:
+    harness.cloud.fail("start_ray", ApplicationError("ray start failed", type="SetupError",
+                                                    non_retryable=True))
+    handle = await harness.cluster()
+    with pytest.raises(WorkflowUpdateFailedError):
+        await harness.launch(handle)
+    record = await harness.record(handle)
+    assert record.status == ClusterStatus.INIT
+    assert record.placement is not None  # teardown knows where to look
+
+    result = await harness.launch(handle)
+
+    assert result.record.status == ClusterStatus.UP
+    assert len(harness.cloud.instances[result.record.name]) == 2
+
+
+async def test_exec_submits_a_new_job_and_is_refused_unless_up(harness: Harness) -> None:
+    handle = await harness.cluster()
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(ClusterWorkflow.exec, ExecRequest(task=Task(run="true")))
+    assert "not UP" in str(refused.value.cause)
+
+    await harness.launch(handle)
+    job_id = await handle.execute_update(ClusterWorkflow.exec, ExecRequest(task=Task(run="x")))
+
+    assert job_id == 2
+
+
+async def test_down_tears_down_and_ends_the_workflow(harness: Harness) -> None:
+    handle = await harness.cluster()
+    await harness.launch(handle)
+    harness.cloud.calls.clear()
+
+    result: TeardownResult = await handle.execute_update(ClusterWorkflow.down, DownRequest())
+
+    assert harness.cloud.calls == ["stop_ray", "terminate_instances", "wait_instances_gone",
+                                   "cleanup_ports"]
+    assert "2 instance(s) terminated" in result.message
+    final: ClusterRecord = await handle.result()
+    assert final.status == ClusterStatus.TERMINATED
+    await save_with_children(harness.env.client, handle, "cluster_down")
+
+
+async def test_down_of_a_cluster_that_never_got_nodes_succeeds(harness: Harness) -> None:
+    handle = await harness.cluster()
+
+    result: TeardownResult = await handle.execute_update(ClusterWorkflow.down, DownRequest())
+
+    assert "never provisioned" in result.message
+    assert harness.cloud.calls == []
+
+
+async def _teardown(harness: Harness, request: TeardownInput) -> TeardownResult:
+    result: TeardownResult = await harness.env.client.execute_workflow(
+        TeardownWorkflow.run, request, id=f"teardown-{uuid.uuid4().hex[:6]}",
+        task_queue=harness.task_queue,
+    )
+    return result
+
+
+async def test_teardown_when_the_head_is_unreachable_still_terminates(harness: Harness) -> None:
+    """SkyPilot's stop/down bug: `ray stop` on a head that is gone failed the teardown."""
+    harness.cloud.instances["ghost"]["ghost-0"] = "RUNNING"  # type: ignore[assignment]
+    harness.cloud.fail("stop_ray", ApplicationError("head unreachable",
+                                                    type="NodeUnreachableError"), times=5)
+
+    result = await _teardown(harness, TeardownInput(
+        cluster_name="ghost", placement=Placement(cloud="local", region="local"),
+        info=harness.cloud.info("ghost")))
+
+    assert "1 instance(s) terminated" in result.message
+    assert result.warnings and "ray stop skipped" in result.warnings[0]
+    assert harness.cloud.instances["ghost"] == {}
+
+
+async def test_teardown_of_a_cluster_with_no_instances_says_so(harness: Harness) -> None:
+    result = await _teardown(harness, TeardownInput(
+        cluster_name="empty", placement=Placement(cloud="local", region="local")))
+
+    assert "had no instances" in result.message
+    assert "stop_ray" not in harness.cloud.calls  # no head to reach

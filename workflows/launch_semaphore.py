@@ -1,0 +1,345 @@
+"""LaunchSemaphoreWorkflow (`launch-semaphore`): the control plane's global permit counter.
+
+Two independent FIFO pools live in one workflow: "launch" permits (default 16), held by
+every `orch launch` and managed-job launch while it provisions, and "job" slots (default
+2,000), held by every running managed job.
+
+Protocol (signals only, never blocking Updates: a workflow admits only 10 in-flight
+Updates, so a waiting room of Updates stalls at 10):
+
+- A holder workflow sends ``acquire`` (`AcquireRequest`: kind, its workflow id, its
+  first run id and a fresh request id). It does so through the ``request_permit``
+  activity (activities/semaphore.py), which uses signal-with-start: a workflow cannot
+  signal-with-start, and this way the semaphore is created on first use and re-created
+  if it was ever terminated, with the limits configured on the worker.
+- When a permit is free the semaphore signals ``orch_permit_granted`` (`PermitGrant`)
+  back to the holder; workflows/permits.py waits for it.
+- The holder sends ``release`` (`ReleaseRequest`) when done, or to withdraw a request
+  it no longer wants (it was cancelled while waiting).
+
+Duplicates: an ``acquire`` whose request id is waiting, held or recently finished is
+ignored, so a retried activity never gets a second permit. A ``release`` of an unknown
+request id is ignored, but the id is remembered, so an ``acquire`` that arrives after
+its own withdrawal (a cancelled activity still in flight) is not granted.
+
+Reclaiming permits of holders that closed without releasing: holders are not child
+workflows (they have parents of their own: ClusterWorkflow, ManagedJobWorkflow), so the
+semaphore checks on them. While at least one permit is held, a durable timer fires every
+``reclaim_interval``; then one ``find_closed_permit_holders`` activity describes every
+holder through the Temporal client and the semaphore frees the permits of holders that
+are closed, unknown to the server, or whose workflow id now belongs to another run chain
+(the first run id differs). One activity per sweep keeps this workflow's history small
+whatever the number of holders; no timer runs while nothing is held. A holder that dies
+while still waiting is dropped when its turn comes: the grant signal fails with
+"external workflow not found" and the permit goes to the next waiter.
+
+Continue-as-new: when the server suggests it or after ``max_events_per_run`` events,
+the workflow waits until every grant signal is delivered, no reclaim sweep is in flight
+and all handlers have finished, then continues as new with its whole state (holders,
+waiters, dedup keys, next sweep time) in `SemaphoreState`. Signals that arrive during
+the switch are not lost: the server rejects the continue-as-new completion while new
+signals are pending and the SDK replays the task with them included.
+
+Visibility: the ``permits`` query returns both pools (holders, waiters and counts). With
+``publish_search_attributes`` the launch pool's counts are upserted as OrchLaunchHolders
+and OrchLaunchWaiting (Int); this is off by default because the time-skipping test
+server has no custom search attributes (the embedded dev server registers them).
+
+The limits are read from the workflow input, so a changed configuration takes effect
+when the semaphore is next started, not by signalling a running one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, Field
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ApplicationError
+
+LAUNCH_SEMAPHORE_ID = "launch-semaphore"
+ACQUIRE_SIGNAL = "acquire"
+RELEASE_SIGNAL = "release"
+GRANT_SIGNAL = "orch_permit_granted"
+PERMITS_QUERY = "permits"
+REQUEST_PERMIT_ACTIVITY = "request_permit"
+FIND_CLOSED_HOLDERS_ACTIVITY = "find_closed_permit_holders"
+
+LAUNCH_HOLDERS_ATTRIBUTE = SearchAttributeKey.for_int("OrchLaunchHolders")
+LAUNCH_WAITING_ATTRIBUTE = SearchAttributeKey.for_int("OrchLaunchWaiting")
+
+# How many released request ids are kept as dedup keys. A duplicate acquire can only come
+# from a retry of the holder's request activity, which finishes long before this many
+# other requests do.
+FINISHED_REQUESTS_KEPT = 1024
+
+PermitKind = Literal["launch", "job"]
+PERMIT_KINDS: tuple[PermitKind, ...] = ("launch", "job")
+
+
+class PermitLimits(BaseModel):
+    launch: int = Field(default=16, ge=1)
+    job: int = Field(default=2000, ge=1)
+
+    def of(self, kind: PermitKind) -> int:
+        return self.launch if kind == "launch" else self.job
+
+
+class SemaphoreSettings(BaseModel):
+    limits: PermitLimits = PermitLimits()
+    publish_search_attributes: bool = False
+    reclaim_interval: timedelta = timedelta(minutes=1)
+    max_events_per_run: int = Field(default=4000, ge=50)
+
+
+class AcquireRequest(BaseModel):
+    kind: PermitKind
+    holder_id: str
+    """Workflow id of the holder: the grant is signalled there."""
+    holder_first_run_id: str
+    """First run id of the holder's run chain: tells it apart from a later workflow that
+    reuses the same id after the holder closed."""
+    request_id: str
+
+
+class ReleaseRequest(BaseModel):
+    kind: PermitKind
+    request_id: str
+
+
+class PermitGrant(BaseModel):
+    kind: PermitKind
+    request_id: str
+
+
+class PermitRequest(BaseModel):
+    """Input of the request_permit activity: which semaphore, and the acquire to send."""
+
+    semaphore_id: str
+    request: AcquireRequest
+
+
+class PermitHolder(BaseModel):
+    request: AcquireRequest
+    granted_at: datetime
+
+
+class PermitPool(BaseModel):
+    holders: list[PermitHolder] = []
+    """In grant order."""
+    waiters: list[AcquireRequest] = []
+    """In arrival order: the head is granted first."""
+
+
+class SemaphoreState(BaseModel):
+    pools: dict[PermitKind, PermitPool] = Field(
+        default_factory=lambda: {kind: PermitPool() for kind in PERMIT_KINDS}
+    )
+    finished_request_ids: list[str] = []
+    """Dedup keys of released requests, oldest first, at most FINISHED_REQUESTS_KEPT."""
+    next_reclaim_at: datetime | None = None
+
+
+class LaunchSemaphoreInput(BaseModel):
+    settings: SemaphoreSettings = SemaphoreSettings()
+    state: SemaphoreState = SemaphoreState()
+
+
+class PoolView(BaseModel):
+    kind: PermitKind
+    limit: int
+    held: int
+    waiting: int
+    holders: list[PermitHolder]
+    waiters: list[AcquireRequest]
+
+
+class SemaphoreView(BaseModel):
+    pools: list[PoolView]
+
+
+@workflow.defn(name="LaunchSemaphoreWorkflow")
+class LaunchSemaphoreWorkflow:
+    @workflow.init
+    def __init__(self, input: LaunchSemaphoreInput) -> None:
+        self._settings = input.settings
+        self._state = input.state
+        self._known_request_ids = set(self._state.finished_request_ids)
+        for pool in self._state.pools.values():
+            self._known_request_ids.update(h.request.request_id for h in pool.holders)
+            self._known_request_ids.update(w.request_id for w in pool.waiters)
+        self._undelivered: list[PermitHolder] = []
+        self._reclaiming = False
+        self._published_counts: tuple[int, int] | None = None
+        self._reclaimer: asyncio.Task[None] | None = None
+
+    @workflow.run
+    async def run(self, input: LaunchSemaphoreInput) -> None:
+        # Kept referenced: the event loop holds tasks weakly. It is simply dropped at
+        # continue-as-new, which never happens during a sweep.
+        self._reclaimer = asyncio.create_task(self._reclaim_periodically())
+        while True:
+            await workflow.wait_condition(
+                lambda: bool(self._undelivered)
+                or self._counts_unpublished()
+                or self._ready_to_continue_as_new()
+            )
+            if self._undelivered:
+                await self._deliver_grants()
+                continue
+            if self._counts_unpublished():
+                self._publish_counts()
+            if self._ready_to_continue_as_new():
+                workflow.continue_as_new(
+                    LaunchSemaphoreInput(settings=self._settings, state=self._state)
+                )
+
+    @workflow.signal(name=ACQUIRE_SIGNAL)
+    def acquire(self, request: AcquireRequest) -> None:
+        if request.request_id in self._known_request_ids:
+            workflow.logger.info("ignoring duplicate acquire %s", request.request_id)
+            return
+        self._known_request_ids.add(request.request_id)
+        self._state.pools[request.kind].waiters.append(request)
+        self._grant_free_permits(request.kind)
+
+    @workflow.signal(name=RELEASE_SIGNAL)
+    def release(self, request: ReleaseRequest) -> None:
+        self._finish(request.kind, request.request_id, why="released")
+
+    @workflow.query(name=PERMITS_QUERY)
+    def permits(self) -> SemaphoreView:
+        return SemaphoreView(
+            pools=[
+                PoolView(
+                    kind=kind,
+                    limit=self._settings.limits.of(kind),
+                    held=len(pool.holders),
+                    waiting=len(pool.waiters),
+                    holders=pool.holders,
+                    waiters=pool.waiters,
+                )
+                for kind, pool in self._state.pools.items()
+            ]
+        )
+
+    def _grant_free_permits(self, kind: PermitKind) -> None:
+        pool = self._state.pools[kind]
+        while pool.waiters and len(pool.holders) < self._settings.limits.of(kind):
+            holder = PermitHolder(request=pool.waiters.pop(0), granted_at=workflow.now())
+            pool.holders.append(holder)
+            self._undelivered.append(holder)
+
+    def _finish(self, kind: PermitKind, request_id: str, *, why: str) -> None:
+        """Frees the permit of `request_id`, or withdraws it from the queue, and
+        remembers the id so that a late duplicate acquire is not granted."""
+        pool = self._state.pools[kind]
+        held = [h for h in pool.holders if h.request.request_id != request_id]
+        waiting = [w for w in pool.waiters if w.request_id != request_id]
+        if len(held) == len(pool.holders) and len(waiting) == len(pool.waiters):
+            workflow.logger.info("%s request %s is not held or waiting", why, request_id)
+        else:
+            workflow.logger.info("%s: %s permit of %s returned", why, kind, request_id)
+        pool.holders, pool.waiters = held, waiting
+        self._remember_finished(request_id)
+        self._grant_free_permits(kind)
+
+    def _remember_finished(self, request_id: str) -> None:
+        finished = self._state.finished_request_ids
+        if request_id in finished:
+            return
+        self._known_request_ids.add(request_id)
+        finished.append(request_id)
+        while len(finished) > FINISHED_REQUESTS_KEPT:
+            self._known_request_ids.discard(finished.pop(0))
+
+    async def _deliver_grants(self) -> None:
+        grants, self._undelivered = self._undelivered, []
+        delivered = await asyncio.gather(*(self._signal_grant(h) for h in grants))
+        for holder, ok in zip(grants, delivered, strict=True):
+            if not ok:
+                self._finish(holder.request.kind, holder.request.request_id, why="holder gone")
+
+    async def _signal_grant(self, holder: PermitHolder) -> bool:
+        request = holder.request
+        try:
+            await workflow.get_external_workflow_handle(request.holder_id).signal(
+                GRANT_SIGNAL, PermitGrant(kind=request.kind, request_id=request.request_id)
+            )
+        except ApplicationError as err:
+            # The server's only failure causes: the holder is closed or missing, or it has
+            # hit its signal limit. Either way it will never learn of this permit.
+            workflow.logger.info("grant to %s failed (%s)", request.holder_id, err.type)
+            return False
+        return True
+
+    async def _reclaim_periodically(self) -> None:
+        interval = self._settings.reclaim_interval
+        while True:
+            await workflow.wait_condition(self._has_holders)
+            if self._state.next_reclaim_at is None:
+                self._state.next_reclaim_at = workflow.now() + interval
+            delay = self._state.next_reclaim_at - workflow.now()
+            if delay > timedelta(0):
+                await workflow.sleep(delay)
+            self._state.next_reclaim_at = None
+            await self._reclaim_closed_holders()
+
+    async def _reclaim_closed_holders(self) -> None:
+        held = [h.request for pool in self._state.pools.values() for h in pool.holders]
+        if not held:
+            return
+        self._reclaiming = True
+        try:
+            closed = await workflow.execute_activity(
+                FIND_CLOSED_HOLDERS_ACTIVITY,
+                held,
+                result_type=list[str],
+                start_to_close_timeout=timedelta(minutes=5),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=1)),
+            )
+        finally:
+            self._reclaiming = False
+        closed_ids = set(closed)
+        for request in held:
+            if request.request_id in closed_ids:
+                self._finish(request.kind, request.request_id, why="holder closed")
+
+    def _has_holders(self) -> bool:
+        return any(pool.holders for pool in self._state.pools.values())
+
+    def _launch_counts(self) -> tuple[int, int]:
+        pool = self._state.pools["launch"]
+        return len(pool.holders), len(pool.waiters)
+
+    def _counts_unpublished(self) -> bool:
+        return (
+            self._settings.publish_search_attributes
+            and self._published_counts != self._launch_counts()
+        )
+
+    def _publish_counts(self) -> None:
+        holders, waiting = self._published_counts = self._launch_counts()
+        workflow.upsert_search_attributes(
+            [
+                LAUNCH_HOLDERS_ATTRIBUTE.value_set(holders),
+                LAUNCH_WAITING_ATTRIBUTE.value_set(waiting),
+            ]
+        )
+
+    def _ready_to_continue_as_new(self) -> bool:
+        info = workflow.info()
+        due = (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= self._settings.max_events_per_run
+        )
+        return (
+            due
+            and not self._undelivered
+            and not self._reclaiming
+            and workflow.all_handlers_finished()
+        )
