@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from pydantic import BaseModel
@@ -11,6 +12,7 @@ from activities.errors import typed_errors
 from orch.clouds import get_provider
 from orch.clouds.base import ClusterInfo, InstanceStatus, ProvisionConfig, ProvisionRecord
 from orch.clouds.errors import TransientError
+from orch.ssh_keys import ensure_key_pair
 
 POLL_S = 2.0
 
@@ -45,7 +47,10 @@ def check_quota(request: ProvisionRequest) -> None:
 @activity.defn
 @typed_errors
 def run_instances(request: ProvisionRequest) -> ProvisionRecord:
-    return get_provider(request.cloud).run_instances(request.config)
+    config = request.config
+    if request.cloud != "local" and config.ssh_public_key is None:
+        config = config.model_copy(update={"ssh_public_key": ensure_key_pair()[1]})
+    return get_provider(request.cloud).run_instances(config)
 
 
 @activity.defn
@@ -56,10 +61,27 @@ def wait_running(request: InstancesRequest) -> None:
     )
 
 
+def use_internal_ips() -> bool:
+    """``ORCH_SSH_USE_INTERNAL_IPS=1`` (SkyPilot's use_internal_ips): reach nodes at their
+    private addresses, for workers inside the cloud network or over a VPN."""
+    return os.environ.get("ORCH_SSH_USE_INTERNAL_IPS", "") not in ("", "0", "false")
+
+
 @activity.defn
 @typed_errors
 def get_cluster_info(request: InstancesRequest) -> ClusterInfo:
-    return get_provider(request.cloud).get_cluster_info(request.region, request.cluster_name)
+    """The cluster's nodes, completed with what only this worker knows: where orch's
+    private key is, and whether to use private addresses."""
+    info = get_provider(request.cloud).get_cluster_info(request.region, request.cluster_name)
+    key_path = str(ensure_key_pair()[0]) if request.cloud != "local" else None
+    nodes = [
+        node.model_copy(update={
+            "ssh_key_path": node.ssh_key_path or key_path,
+            "external_ip": None if use_internal_ips() else node.external_ip,
+        }) if node.runner == "ssh" else node
+        for node in info.nodes
+    ]
+    return info.model_copy(update={"nodes": nodes})
 
 
 @activity.defn

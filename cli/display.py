@@ -66,11 +66,11 @@ def clusters_table(console: Console, clusters: list[ClusterSummary]) -> None:
         console.print("No clusters.")
         return
     table = Table(show_edge=False, box=None, header_style="bold")
-    for column in ("NAME", "STATUS", "CLOUD", "REGION", "RESOURCES", "LAUNCHED"):
+    for column in ("NAME", "STATUS", "CLOUD", "REGION", "RESOURCES", "LAUNCHED", "MANAGED JOB"):
         table.add_column(column)
     for c in clusters:
         table.add_row(c.name, c.status, c.cloud or "-", c.region or "-", c.resources or "-",
-                      ago(c.launched_at))
+                      ago(c.launched_at), c.job_id or "-")
     console.print(table)
 
 

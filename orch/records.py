@@ -11,6 +11,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from orch.clouds.base import ClusterInfo
+from orch.failover_rules import Blocklist
 from orch.spec import Task
 from orch.status import ClusterStatus
 
@@ -18,6 +19,7 @@ CLUSTER_WORKFLOW = "ClusterWorkflow"
 LAUNCH_WORKFLOW = "LaunchWorkflow"
 FAILOVER_WORKFLOW = "FailoverWorkflow"
 TEARDOWN_WORKFLOW = "TeardownWorkflow"
+MANAGED_JOB_WORKFLOW = "ManagedJobWorkflow"
 
 # Custom search attributes (registered when the embedded dev server starts).
 SA_CLUSTER = "OrchCluster"
@@ -26,6 +28,8 @@ SA_CLOUD = "OrchCloud"
 SA_REGION = "OrchRegion"
 SA_NUM_NODES = "OrchNumNodes"
 SA_RESOURCES = "OrchResources"
+SA_JOB_ID = "OrchJobId"  # on a managed job's workflow, which also publishes its cluster's
+SA_JOB_STATUS = "OrchJobStatus"
 SEARCH_ATTRIBUTES = {
     SA_CLUSTER: "Keyword",
     SA_CLUSTER_STATUS: "Keyword",
@@ -35,8 +39,8 @@ SEARCH_ATTRIBUTES = {
     SA_RESOURCES: "Keyword",
     "OrchLaunchHolders": "Int",
     "OrchLaunchWaiting": "Int",
-    "OrchJobId": "Keyword",  # the dev server allows at most 3 Int attributes
-    "OrchJobStatus": "Keyword",
+    SA_JOB_ID: "Keyword",  # the dev server allows at most 3 Int attributes
+    SA_JOB_STATUS: "Keyword",
 }
 
 
@@ -111,6 +115,8 @@ class LaunchInput(BaseModel):
     cluster_name: str
     task: Task
     placement: Placement | None = None  # set for a cluster that exists: relaunch only there
+    blocklist: Blocklist = Field(default_factory=Blocklist)  # places not to try (recovery)
+    retry_until_up: bool = False
     reuse: ClusterInfo | None = None  # an UP cluster: skip provisioning
     gcs_address: str | None = None
     job_id: int | None = None

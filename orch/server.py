@@ -151,9 +151,9 @@ class ControlPlane:
         ]
         for name, kind in SEARCH_ATTRIBUTES.items():
             args += ["--search-attribute", f"{name}={kind}"]
-        log = open(self.dir / "temporal.log", "ab")
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        with open(self.dir / "temporal.log", "ab") as log:
+            process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
         state = ServerState(port=port, ui_port=ui_port, server_pid=process.pid,
                             started_at=datetime.now(UTC))
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -167,13 +167,13 @@ class ControlPlane:
         return state
 
     def _start_worker(self, state: ServerState) -> int:
-        log = open(self.dir / "worker.log", "ab")
         env = {**os.environ, "TEMPORAL_ADDRESS": state.address, "PYTHONUNBUFFERED": "1"}
-        process = subprocess.Popen(
-            [sys.executable, "-m", "workers", "--address", state.address],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env=env, cwd=str(self.dir),
-        )
+        with open(self.dir / "worker.log", "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "workers", "--address", state.address],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, env=env, cwd=str(self.dir),
+            )
         return process.pid
 
     def stop(self) -> bool:

@@ -12,7 +12,7 @@ from temporalio.worker import Worker
 
 from orch.client import connect_temporal
 from orch.config import TASK_QUEUE, TemporalSettings
-from workers.registry import ACTIVITIES, WORKFLOWS
+from workers.registry import WORKFLOWS, activities
 
 MAX_ACTIVITY_THREADS = 64
 
@@ -28,7 +28,7 @@ async def run_worker(settings: TemporalSettings, task_queue: str = TASK_QUEUE) -
             client,
             task_queue=task_queue,
             workflows=WORKFLOWS,
-            activities=ACTIVITIES,
+            activities=activities(client),
             activity_executor=executor,
             max_concurrent_activities=MAX_ACTIVITY_THREADS,
         )

@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
+from temporalio.client import Client
+
 from activities import plan, provision, runtime
+from activities.semaphore import SemaphoreActivities
 from workflows.cluster import ClusterWorkflow
 from workflows.failover import FailoverWorkflow
 from workflows.launch import LaunchWorkflow
+from workflows.launch_semaphore import LaunchSemaphoreWorkflow, PermitLimits, SemaphoreSettings
 from workflows.teardown import TeardownWorkflow
 
-WORKFLOWS: list[type] = [ClusterWorkflow, LaunchWorkflow, FailoverWorkflow, TeardownWorkflow]
+WORKFLOWS: list[type] = [
+    ClusterWorkflow,
+    LaunchWorkflow,
+    FailoverWorkflow,
+    TeardownWorkflow,
+    LaunchSemaphoreWorkflow,
+]
 
-ACTIVITIES: list[Callable[..., Any]] = [
+# Activities that need nothing but the machine they run on.
+PLAIN_ACTIVITIES: list[Callable[..., Any]] = [
     plan.plan_candidates,
     provision.check_quota,
     provision.run_instances,
@@ -32,3 +44,24 @@ ACTIVITIES: list[Callable[..., Any]] = [
     runtime.submit_job,
     runtime.stop_ray,
 ]
+
+
+def semaphore_settings() -> SemaphoreSettings:
+    """Limits from ``ORCH_LAUNCH_PERMITS`` (default 16) and ``ORCH_JOB_SLOTS`` (2,000);
+    they apply when the semaphore is (re)started."""
+    defaults = PermitLimits()
+    limits = PermitLimits(
+        launch=int(os.environ.get("ORCH_LAUNCH_PERMITS", defaults.launch)),
+        job=int(os.environ.get("ORCH_JOB_SLOTS", defaults.job)),
+    )
+    return SemaphoreSettings(limits=limits, publish_search_attributes=True)
+
+
+def client_activities(client: Client, settings: SemaphoreSettings) -> list[Callable[..., Any]]:
+    """Activities that talk to Temporal themselves (the semaphore's)."""
+    semaphore = SemaphoreActivities(client, settings)
+    return [semaphore.request_permit, semaphore.find_closed_permit_holders]
+
+
+def activities(client: Client) -> list[Callable[..., Any]]:
+    return PLAIN_ACTIVITIES + client_activities(client, semaphore_settings())

@@ -108,10 +108,10 @@ class ClusterWorkflow:
         workflow.upsert_search_attributes([
             SearchAttributeKey.for_keyword(SA_CLUSTER).value_set(self.state.name),
             SearchAttributeKey.for_keyword(SA_CLUSTER_STATUS).value_set(self.state.status),
-            SearchAttributeKey.for_keyword(SA_CLOUD).value_set(placement.cloud if placement else ""),
+            SearchAttributeKey.for_keyword(SA_CLOUD).value_set(
+                placement.cloud if placement else ""),
             SearchAttributeKey.for_keyword(SA_REGION).value_set(
-                placement.region if placement else ""
-            ),
+                placement.region if placement else ""),
             SearchAttributeKey.for_int(SA_NUM_NODES).value_set(self.state.num_nodes),
             SearchAttributeKey.for_keyword(SA_RESOURCES).value_set(self.state.task_resources),
         ])
@@ -124,7 +124,8 @@ class ClusterWorkflow:
 
     def _child_id(self, kind: str) -> str:
         self.operations += 1
-        return f"{workflow.info().workflow_id}/{kind}-{workflow.info().run_id[:8]}-{self.operations}"
+        info = workflow.info()
+        return f"{info.workflow_id}/{kind}-{info.run_id[:8]}-{self.operations}"
 
     def _next_job_id(self) -> int:
         job_id = self.state.next_job_id

@@ -1,7 +1,9 @@
 """FailoverWorkflow: provision all N nodes somewhere, cheapest first.
 
-For each candidate (and each of its zones): quota check → bulk provision (all or
-nothing) → wait until running. A failure is turned into a block rule by the pure
+Each round holds a launch permit of the LaunchSemaphoreWorkflow while it provisions,
+and gives it back before any backoff sleep (so a launch waiting for capacity never
+blocks others). For each candidate (and each of its zones): quota check → bulk
+provision (all or nothing) → wait until running. A failure is turned into a block rule by the pure
 ``orch.failover_rules`` and the partial nodes are removed (or stopped, for a cluster
 that was ever up) and confirmed gone before the next try; then the optimizer is asked
 again with the grown blocklist. ``retry_until_up`` sleeps on a durable timer between
@@ -35,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from orch.failover_rules import Blocklist, Candidate, FailoverAttempt, record_failure
     from orch.records import FAILOVER_WORKFLOW, Placement
     from orch.spec import Task
+    from workflows.permits import acquire_permit
     from workflows.options import (
         CLOUD_CALL,
         LONG_CALL,
@@ -50,6 +53,7 @@ class FailoverInput(BaseModel):
     cluster_name: str
     task: Task
     placement: Placement | None = None  # pinned: an existing cluster relaunches only there
+    blocklist: Blocklist = Field(default_factory=Blocklist)  # blocked from the start
     was_up: bool = False  # partial nodes are stopped, not terminated, once a cluster was up
     retry_until_up: bool = False
     ssh_public_key: str | None = None
@@ -74,7 +78,32 @@ class FailoverWorkflow:
 
     @workflow.run
     async def run(self, request: FailoverInput) -> FailoverOutput:
+        self.blocklist = request.blocklist
         rounds = 0
+        while True:
+            permit = await acquire_permit("launch")
+            try:
+                output = await self._round(request)
+            finally:
+                await permit.release()
+            if output is not None:
+                return output
+            if not request.retry_until_up:
+                raise ApplicationError(
+                    "no candidate could provision the cluster",
+                    {"attempts": [a.model_dump(mode="json") for a in self.history]},
+                    type="NoResourcesError",
+                    non_retryable=True,
+                )
+            delay = RETRY_ROUND_S[min(rounds, len(RETRY_ROUND_S) - 1)]
+            rounds += 1
+            workflow.logger.info("no candidate left; retrying in %s s", delay)
+            await workflow.sleep(timedelta(seconds=delay))
+            self.blocklist = request.blocklist
+
+    async def _round(self, request: FailoverInput) -> FailoverOutput | None:
+        """Try candidates, asking the optimizer again after each failure, until one
+        provisions or none is left."""
         while True:
             try:
                 candidates = await workflow.execute_activity(
@@ -86,25 +115,12 @@ class FailoverWorkflow:
             except ActivityError as err:
                 if error_type(err) != "NoCandidatesError" or not self.history:
                     raise
-                candidates = []
-            for candidate in candidates:
-                output = await self._try_candidate(request, candidate)
-                if output is not None:
-                    return output
-                break  # ask the optimizer again with the grown blocklist
-            else:
-                if not request.retry_until_up:
-                    raise ApplicationError(
-                        "no candidate could provision the cluster",
-                        [a.model_dump(mode="json") for a in self.history],
-                        type="NoResourcesError",
-                        non_retryable=True,
-                    )
-                delay = RETRY_ROUND_S[min(rounds, len(RETRY_ROUND_S) - 1)]
-                rounds += 1
-                workflow.logger.info("no candidate left; retrying in %s s", delay)
-                await workflow.sleep(timedelta(seconds=delay))
-                self.blocklist = Blocklist()
+                return None
+            if not candidates:
+                return None
+            output = await self._try_candidate(request, candidates[0])
+            if output is not None:
+                return output
 
     async def _try_candidate(
         self, request: FailoverInput, candidate: Candidate

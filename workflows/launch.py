@@ -59,7 +59,8 @@ class LaunchWorkflow:
             provisioned = await workflow.execute_child_workflow(
                 FailoverWorkflow.run,
                 FailoverInput(cluster_name=request.cluster_name, task=task,
-                              placement=request.placement),
+                              placement=request.placement, blocklist=request.blocklist,
+                              retry_until_up=request.retry_until_up),
                 id=f"{workflow.info().workflow_id}/failover",
             )
             info, placement = provisioned.info, provisioned.placement

@@ -58,8 +58,9 @@ class TeardownWorkflow:
         )
         if request.terminate:
             await workflow.execute_activity(cleanup_ports, instances, **CLOUD_CALL)
+        cloud = request.placement.cloud
         if not found:
-            message = f"Cluster {name} had no instances on {request.placement.cloud}: nothing to do."
+            message = f"Cluster {name} had no instances on {cloud}: nothing to do."
         else:
             message = f"Cluster {name}: {len(found)} instance(s) {verb}."
         return TeardownResult(message=message, instances=found, warnings=warnings)

@@ -9,6 +9,7 @@ before the driver exits.
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import signal
@@ -43,7 +44,7 @@ def node_environment(spec: JobSpec, node_ips: list[str], rank: int) -> dict[str,
     }
 
 
-@ray.remote(max_concurrency=4)
+@ray.remote(max_concurrency=4)  # type: ignore[call-overload]  # ray's stubs lack it
 class NodeCommand:
     """The user's command on one node. An actor rather than a task so that ``kill`` is
     a call that returns only once the command's whole process group is gone."""
@@ -180,7 +181,7 @@ def main() -> None:
         os._exit(0)
 
     try:
-        ray.init(address=spec.gcs_address, log_to_driver=False, logging_level="ERROR")
+        ray.init(address=spec.gcs_address, log_to_driver=False, logging_level=logging.ERROR)
         # After ray.init: Ray's core worker installs a SIGTERM handler of its own.
         signal.signal(signal.SIGTERM, on_sigterm)
         status = driver.run()

@@ -149,12 +149,12 @@ def submit(spec: JobSpec) -> JobRecord:
         record = JobRecord(id=spec.id, name=spec.name, status=JobStatus.PENDING,
                            submitted_at=now())
         write(record)
-        log = open(directory / "run.log", "ab")
-        driver = subprocess.Popen(
-            [sys.executable, "-m", "orch.runtime.driver", str(directory)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=str(directory),
-        )
+        with open(directory / "run.log", "ab") as log:
+            driver = subprocess.Popen(
+                [sys.executable, "-m", "orch.runtime.driver", str(directory)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=str(directory),
+            )
         record = record.model_copy(update={"driver_pid": driver.pid})
         write(record)
         return record

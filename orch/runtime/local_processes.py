@@ -7,6 +7,7 @@ node down kills exactly those processes, never a machine-wide ``ray stop``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -99,7 +100,5 @@ def kill_marked(home: str, grace_s: float = 2.0) -> int:
 
 
 def _signal(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

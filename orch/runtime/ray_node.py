@@ -37,7 +37,7 @@ def _free_port() -> int:
 
 def _raylet_gcs_addresses(ip: str) -> set[str]:
     """GCS addresses of the raylets alive on this machine for node address ``ip``."""
-    found = set()
+    found: set[str] = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue

@@ -7,18 +7,50 @@ inputs and results, same typed ApplicationErrors. A test scripts failures per ac
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
 from activities.plan import PlanRequest
 from activities.provision import InstancesRequest, ProvisionRequest, WaitGoneRequest
-from activities.runtime import NodesRequest, SetupRequest, StartRayRequest, SubmitRequest, SyncRequest
+from activities.runtime import (
+    NodesRequest,
+    SetupRequest,
+    StartRayRequest,
+    SubmitRequest,
+    SyncRequest,
+)
 from orch.clouds.base import ClusterInfo, InstanceStatus, NodeInfo, ProvisionRecord
 from orch.failover_rules import Candidate
 from orch.runtime.jobs import JobRecord
 from orch.status import JobStatus
+from workers.registry import WORKFLOWS, client_activities
+from workflows.launch_semaphore import LAUNCH_SEMAPHORE_ID, SemaphoreSettings
+
+
+@asynccontextmanager
+async def fake_cloud_worker(env: WorkflowEnvironment, cloud: FakeCloud) -> AsyncIterator[str]:
+    """A worker on a fresh task queue with orch's workflows, the fake cloud's activities
+    and the real semaphore activities; yields the task queue. The launch semaphore is
+    terminated at the end, since it lives on this worker's task queue."""
+    task_queue = f"test-{uuid.uuid4().hex[:8]}"
+    activities = cloud.activities() + client_activities(env.client, SemaphoreSettings())
+    async with Worker(env.client, task_queue=task_queue, workflows=WORKFLOWS,
+                      activities=activities):
+        yield task_queue
+    semaphore = env.client.get_workflow_handle(LAUNCH_SEMAPHORE_ID)
+    with contextlib.suppress(RPCError):  # never started: nothing to stop
+        if (await semaphore.describe()).status == WorkflowExecutionStatus.RUNNING:
+            await semaphore.terminate("test over")
 
 
 class FakeCloud:
@@ -65,8 +97,10 @@ class FakeCloud:
             nodes = self.instances[config.cluster_name]
             for index in range(config.num_nodes):
                 nodes.setdefault(f"{config.cluster_name}-{index}", InstanceStatus.RUNNING)
-            return ProvisionRecord(cloud=request.cloud, cluster_name=config.cluster_name,
-                                   region=config.region, head_instance_id=f"{config.cluster_name}-0")
+            return ProvisionRecord(
+                cloud=request.cloud, cluster_name=config.cluster_name, region=config.region,
+                head_instance_id=f"{config.cluster_name}-0",
+            )
 
         @activity.defn(name="wait_running")
         async def wait_running(request: InstancesRequest) -> None:

@@ -11,7 +11,6 @@ import pytest_asyncio
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from orch.records import (
     ClusterInput,
@@ -26,9 +25,8 @@ from orch.records import (
 )
 from orch.spec import Task
 from orch.status import ClusterStatus
-from tests.workflows.fake_cloud import FakeCloud
+from tests.workflows.fake_cloud import FakeCloud, fake_cloud_worker
 from tests.workflows.histories import save_with_children
-from workers.registry import WORKFLOWS
 from workflows.cluster import ClusterWorkflow
 from workflows.teardown import TeardownWorkflow
 
@@ -66,9 +64,7 @@ class Harness:
 @pytest_asyncio.fixture
 async def harness(time_skipping_env: WorkflowEnvironment) -> AsyncIterator[Harness]:
     cloud = FakeCloud()
-    task_queue = f"test-{uuid.uuid4().hex[:8]}"
-    async with Worker(time_skipping_env.client, task_queue=task_queue, workflows=WORKFLOWS,
-                      activities=cloud.activities()):
+    async with fake_cloud_worker(time_skipping_env, cloud) as task_queue:
         yield Harness(time_skipping_env, cloud, task_queue)
 
 

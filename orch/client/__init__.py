@@ -1,9 +1,9 @@
 """The Python API of orch: launch, exec, status, queue, logs, cancel, down.
 
-The only module of ``orch/`` that knows Temporal. Cluster operations are Updates to the
-cluster's entity workflow (``cluster/<name>``), found by its registered name; job output
-and job tables are read from the cluster's head over a command runner, never through
-workflow histories.
+``orch.client`` is the only part of ``orch/`` that knows Temporal. Cluster operations
+are Updates to the cluster's entity workflow (``cluster/<name>``), found by its
+registered name; job output and job tables are read from the cluster's head over a
+command runner, never through workflow histories.
 
     async with await Client.connect() as client:
         result = await client.launch(load_task("task.yaml"), "hello")
@@ -43,9 +43,11 @@ from orch.config import TASK_QUEUE, TemporalSettings
 from orch.optimizer import OptimizerError, plan
 from orch.records import (
     CLUSTER_WORKFLOW,
+    MANAGED_JOB_WORKFLOW,
     SA_CLOUD,
     SA_CLUSTER,
     SA_CLUSTER_STATUS,
+    SA_JOB_ID,
     SA_NUM_NODES,
     SA_REGION,
     SA_RESOURCES,
@@ -85,6 +87,7 @@ class ClusterSummary(BaseModel):
     num_nodes: int
     resources: str
     launched_at: datetime | None = None
+    job_id: str | None = None  # set for a managed job's cluster
 
 
 async def connect_temporal(settings: TemporalSettings) -> TemporalClient:
@@ -191,7 +194,7 @@ class Client:
         is submitted. ``on_step`` is told each step as the workflow reports it."""
         self.validate(task)
         cluster = cluster or f"orch-{secrets.token_hex(3)}"
-        start = WithStartWorkflowOperation(
+        start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             CLUSTER_WORKFLOW,
             ClusterInput(name=cluster),
             id=cluster_workflow_id(cluster),
@@ -265,7 +268,8 @@ class Client:
 
     async def status(self) -> list[ClusterSummary]:
         """Every live cluster, from one visibility query over search attributes."""
-        query = f"WorkflowType = '{CLUSTER_WORKFLOW}' AND ExecutionStatus = 'Running'"
+        query = (f"ExecutionStatus = 'Running' AND (WorkflowType = '{CLUSTER_WORKFLOW}' "
+                 f"OR WorkflowType = '{MANAGED_JOB_WORKFLOW}')")
         summaries = []
         async for execution in self.temporal.list_workflows(query):
             attrs = execution.typed_search_attributes
@@ -281,6 +285,7 @@ class Client:
                 num_nodes=attrs.get(SearchAttributeKey.for_int(SA_NUM_NODES)) or 0,
                 resources=attrs.get(SearchAttributeKey.for_keyword(SA_RESOURCES)) or "",
                 launched_at=execution.start_time,
+                job_id=attrs.get(SearchAttributeKey.for_keyword(SA_JOB_ID)),
             ))
         return sorted(summaries, key=lambda s: s.name)
 
@@ -300,7 +305,8 @@ class Client:
 
         def run() -> Any:
             with runner_for(head) as runner:
-                return json.loads(runner.check(self._jobs_command(head, args)).tail.splitlines()[-1])
+                result = runner.check(self._jobs_command(head, args))
+            return json.loads(result.tail.splitlines()[-1])
 
         return await asyncio.to_thread(run)
 
