@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -22,6 +23,7 @@ from temporalio import activity
 from activities.errors import typed_errors
 from orch.clouds.base import ClusterInfo, NodeInfo
 from orch.clouds.errors import SetupError
+from orch.runtime.install import ensure_runtime
 from orch.runtime.jobs import WORKDIR, JobRecord, JobSpec
 from orch.runtime.runner import CommandError, NodeUnreachableError, runner_for
 
@@ -71,18 +73,15 @@ def wait_for_nodes(request: NodesRequest) -> None:
 
 @activity.defn
 @typed_errors
-def setup_runtime(request: NodesRequest) -> None:
-    """Make sure every node has Ray and orch's node package importable."""
+def setup_runtime(request: NodesRequest) -> list[str]:
+    """Install (or check) Ray and orch's node package on every node; returns each node's
+    interpreter for orch's node-side modules, in the order of the nodes."""
 
-    def check(rank: int, node: NodeInfo) -> None:
+    def install(rank: int, node: NodeInfo) -> str:
         with runner_for(node) as runner:
-            result = runner.run(f"{shlex.quote(node.python)} -c 'import ray, orch.runtime.jobs'")
-            if not result.ok:
-                raise SetupError(
-                    f"node {node.instance_id} lacks Ray or orch's node package", result.tail
-                )
+            return ensure_runtime(runner, node)
 
-    on_every_node(request.info.nodes, check)
+    return on_every_node(request.info.nodes, install)
 
 
 class StartRayRequest(BaseModel):
@@ -203,6 +202,45 @@ def submit_job(request: SubmitRequest) -> JobRecord:
         runner.upload(str(spec_file), remote)
         result = runner.check(_node_cli(request.head, "jobs", f"submit ~/{remote}"))
     return JobRecord.model_validate_json(result.tail.splitlines()[-1])
+
+
+class HealthRequest(BaseModel):
+    info: ClusterInfo
+    gcs_address: str
+
+
+@activity.defn
+@typed_errors
+def ray_healthy(request: HealthRequest) -> bool:
+    """Whether every node answers and runs its raylet for this cluster."""
+
+    def check(rank: int, node: NodeInfo) -> bool:
+        args = f"health --ip {node.internal_ip} --gcs-address {request.gcs_address}"
+        try:
+            with runner_for(node) as runner:
+                return runner.run(_node_cli(node, "ray_node", args), timeout=60).ok
+        except NodeUnreachableError:
+            return False
+
+    return all(on_every_node(request.info.nodes, check))
+
+
+class JobsActivity(BaseModel):
+    active: bool  # a job is pending or running
+    last_activity_at: datetime | None = None  # the latest submission or end
+
+
+@activity.defn
+@typed_errors
+def jobs_activity(request: NodesRequest) -> JobsActivity:
+    """What the head's job table says about idleness (for autostop)."""
+    head = request.info.nodes[0]
+    with runner_for(head) as runner:
+        result = runner.check(_node_cli(head, "jobs", "queue"), timeout=60)
+    jobs = [JobRecord.model_validate(j) for j in json.loads(result.tail.splitlines()[-1])]
+    moments = [m for j in jobs for m in (j.submitted_at, j.ended_at) if m is not None]
+    return JobsActivity(active=any(not j.status.is_terminal for j in jobs),
+                        last_activity_at=max(moments) if moments else None)
 
 
 @activity.defn

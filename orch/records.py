@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from orch.clouds.base import ClusterInfo
 from orch.failover_rules import Blocklist
+from orch.lifecycle import Autostop, autostop_deadline
 from orch.spec import Task
 from orch.status import ClusterStatus
 
@@ -28,6 +29,7 @@ SA_CLOUD = "OrchCloud"
 SA_REGION = "OrchRegion"
 SA_NUM_NODES = "OrchNumNodes"
 SA_RESOURCES = "OrchResources"
+SA_AUTOSTOP = "OrchAutostop"
 SA_JOB_ID = "OrchJobId"  # on a managed job's workflow, which also publishes its cluster's
 SA_JOB_STATUS = "OrchJobStatus"
 SEARCH_ATTRIBUTES = {
@@ -37,6 +39,7 @@ SEARCH_ATTRIBUTES = {
     SA_REGION: "Keyword",
     SA_NUM_NODES: "Int",
     SA_RESOURCES: "Keyword",
+    SA_AUTOSTOP: "Keyword",
     "OrchLaunchHolders": "Int",
     "OrchLaunchWaiting": "Int",
     SA_JOB_ID: "Keyword",  # the dev server allows at most 3 Int attributes
@@ -72,6 +75,25 @@ class ClusterRecord(BaseModel):
     step: str = ""  # what the cluster is doing now, for progress displays
     last_error: str | None = None
     launched_at: datetime | None = None
+    launched: Task | None = None  # nodes and resources of the launch: what `start` restores
+    ever_up: bool = False  # once up, a cluster never fails over (its disks hold data)
+    status_reason: str = ""  # why the status is what it is (after a refresh)
+    warnings: list[str] = Field(default_factory=list)  # e.g. leaked instances
+    autostop: Autostop | None = None
+    last_activity_at: datetime | None = None  # the autostop clock's start
+    last_refresh_at: datetime | None = None
+
+    @property
+    def autostop_at(self) -> datetime | None:
+        return autostop_deadline(self.autostop, self.last_activity_at)
+
+    def autostop_summary(self) -> str:
+        if self.autostop is None:
+            return ""
+        verb = "down" if self.autostop.down else "stop"
+        at = self.autostop_at
+        when = f", at {at:%Y-%m-%d %H:%M} UTC" if at else ""
+        return f"{verb} after {self.autostop.idle_minutes} min idle{when}"
 
 
 class ClusterInput(BaseModel):
@@ -82,6 +104,20 @@ class ClusterInput(BaseModel):
 
 class LaunchRequest(BaseModel):
     task: Task
+    retry_until_up: bool = False
+    autostop: Autostop | None = None
+
+
+class StopRequest(BaseModel):
+    pass
+
+
+class StartRequest(BaseModel):
+    retry_until_up: bool = False
+
+
+class AutostopRequest(BaseModel):
+    setting: Autostop | None  # None cancels autostop
 
 
 class LaunchResult(BaseModel):
@@ -117,6 +153,7 @@ class LaunchInput(BaseModel):
     placement: Placement | None = None  # set for a cluster that exists: relaunch only there
     blocklist: Blocklist = Field(default_factory=Blocklist)  # places not to try (recovery)
     retry_until_up: bool = False
+    was_up: bool = False  # partial nodes are stopped, not terminated
     reuse: ClusterInfo | None = None  # an UP cluster: skip provisioning
     gcs_address: str | None = None
     job_id: int | None = None

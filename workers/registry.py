@@ -8,12 +8,14 @@ from typing import Any
 
 from temporalio.client import Client
 
-from activities import plan, provision, runtime
+from activities import managed_job, plan, provision, runtime
 from activities.semaphore import SemaphoreActivities
 from workflows.cluster import ClusterWorkflow
 from workflows.failover import FailoverWorkflow
 from workflows.launch import LaunchWorkflow
 from workflows.launch_semaphore import LaunchSemaphoreWorkflow, PermitLimits, SemaphoreSettings
+from workflows.managed_job import ManagedJobWorkflow
+from workflows.managed_job_ids import ManagedJobIdsWorkflow
 from workflows.teardown import TeardownWorkflow
 
 WORKFLOWS: list[type] = [
@@ -22,6 +24,8 @@ WORKFLOWS: list[type] = [
     FailoverWorkflow,
     TeardownWorkflow,
     LaunchSemaphoreWorkflow,
+    ManagedJobWorkflow,
+    ManagedJobIdsWorkflow,
 ]
 
 # Activities that need nothing but the machine they run on.
@@ -43,6 +47,9 @@ PLAIN_ACTIVITIES: list[Callable[..., Any]] = [
     runtime.run_setup,
     runtime.submit_job,
     runtime.stop_ray,
+    runtime.ray_healthy,
+    runtime.jobs_activity,
+    managed_job.watch_job,
 ]
 
 

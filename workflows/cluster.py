@@ -1,30 +1,49 @@
 """ClusterWorkflow ``cluster/<name>``: the entity that owns one cluster.
 
-Every operation on the cluster is an Update, serialized by one lock, so launch, exec
-and down never race (no file locks). Launch and teardown run as child workflows. The
-record lives in one model that continue-as-new carries whole, and the fields `orch
-status` lists are search attributes, so listing clusters is one visibility query.
+Every operation on the cluster is an Update (launch, exec, stop, start, down, autostop,
+refresh), serialized by one lock, so operations never race and need no file locks.
+Launch and teardown run as child workflows. Two durable timers live in the run loop:
+autostop (idle minutes after the last job) and a periodic refresh against the cloud;
+both survive worker restarts, and both skip their turn while an operation holds the
+lock, so a refresh never removes a cluster that is still being created. The record
+lives in one model that continue-as-new carries whole, and the fields `orch status`
+lists are search attributes, so listing clusters is one visibility query.
 """
 
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
-from temporalio.exceptions import ApplicationError, ChildWorkflowError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.runtime import SubmitRequest, SyncRequest, submit_job, sync_files
+    from activities.provision import InstancesRequest, query_instances
+    from activities.runtime import (
+        HealthRequest,
+        NodesRequest,
+        SubmitRequest,
+        SyncRequest,
+        jobs_activity,
+        ray_healthy,
+        submit_job,
+        sync_files,
+    )
+    from orch.clouds.base import InstanceStatus
     from orch.fit import misfit
+    from orch.lifecycle import refresh_verdict
     from orch.records import (
         CLUSTER_WORKFLOW,
+        SA_AUTOSTOP,
         SA_CLOUD,
         SA_CLUSTER,
         SA_CLUSTER_STATUS,
         SA_NUM_NODES,
         SA_REGION,
         SA_RESOURCES,
+        AutostopRequest,
         ClusterInput,
         ClusterRecord,
         DownRequest,
@@ -32,6 +51,8 @@ with workflow.unsafe.imports_passed_through():
         LaunchInput,
         LaunchRequest,
         LaunchResult,
+        StartRequest,
+        StopRequest,
         TeardownInput,
         TeardownResult,
     )
@@ -40,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
     from orch.status import ClusterStatus
     from workflows.launch import PROGRESS_SIGNAL, LaunchProgress, LaunchWorkflow
     from workflows.options import (
+        BEST_EFFORT,
         CLOUD_CALL,
         LONG_CALL,
         error_details,
@@ -49,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.teardown import TeardownWorkflow
 
 DEFAULT_CPUS_PER_NODE = 0.5  # a job's bundle when the task names no CPUs
+REFRESH_EVERY = timedelta(minutes=10)
 
 
 def resources_summary(record: ClusterRecord) -> str:
@@ -68,6 +91,7 @@ class ClusterWorkflow:
         self.publish = request.publish_search_attributes
         self.lock = asyncio.Lock()
         self.operations = 0
+        self.schedule_changed = False  # wakes the run loop to recompute its timers
 
     # -- queries and signals ----------------------------------------------------------
     @workflow.query
@@ -89,17 +113,64 @@ class ClusterWorkflow:
     @workflow.run
     async def run(self, request: ClusterInput) -> ClusterRecord:
         self._publish()
-        await workflow.wait_condition(
-            lambda: (self.state.status == ClusterStatus.TERMINATED
-                     or workflow.info().is_continue_as_new_suggested())
-            and workflow.all_handlers_finished()
-        )
-        if self.state.status != ClusterStatus.TERMINATED:
-            workflow.continue_as_new(
-                ClusterInput(name=self.state.name, state=self.state,
-                             publish_search_attributes=self.publish)
-            )
-        return self.state
+        while True:
+            wake_at = self._next_wakeup()
+            timeout = None if wake_at is None else max(wake_at - workflow.now(), timedelta(0))
+            self.schedule_changed = False
+            try:
+                await workflow.wait_condition(
+                    lambda: self._finished() or self._may_continue_as_new()
+                    or self.schedule_changed,
+                    timeout=timeout,
+                )
+            except TimeoutError:
+                await self._on_timer()
+                continue
+            if self._finished():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                return self.state
+            if self._may_continue_as_new():
+                workflow.continue_as_new(
+                    ClusterInput(name=self.state.name, state=self.state,
+                                 publish_search_attributes=self.publish)
+                )
+
+    def _finished(self) -> bool:
+        return self.state.status == ClusterStatus.TERMINATED
+
+    def _may_continue_as_new(self) -> bool:
+        return (workflow.info().is_continue_as_new_suggested()
+                and not self.lock.locked() and workflow.all_handlers_finished())
+
+    def _next_wakeup(self) -> datetime | None:
+        moments = [self.state.autostop_at]
+        if self.state.status in (ClusterStatus.UP, ClusterStatus.STOPPED):
+            last = self.state.last_refresh_at or workflow.now()
+            moments.append(last + REFRESH_EVERY)
+        due = [m for m in moments if m is not None]
+        return min(due) if due else None
+
+    async def _on_timer(self) -> None:
+        """A timer fired: autostop if idle long enough, refresh if due. An operation in
+        progress wins: it restarts the idle clock, and a refresh must not race it."""
+        if self.lock.locked():
+            self._touch()
+            return
+        async with self.lock:
+            autostop_at = self.state.autostop_at
+            if autostop_at is not None and workflow.now() >= autostop_at:
+                await self._autostop_if_idle()
+            last = self.state.last_refresh_at
+            if self.state.status in (ClusterStatus.UP, ClusterStatus.STOPPED) and (
+                last is None or workflow.now() >= last + REFRESH_EVERY
+            ):
+                await self._refresh()
+
+    def _touch(self) -> None:
+        """Something happened on the cluster: the autostop clock starts again."""
+        self.state.last_activity_at = workflow.now()
+        self.schedule_changed = True
+        self._publish()
 
     def _publish(self) -> None:
         if not self.publish:
@@ -114,12 +185,18 @@ class ClusterWorkflow:
                 placement.region if placement else ""),
             SearchAttributeKey.for_int(SA_NUM_NODES).value_set(self.state.num_nodes),
             SearchAttributeKey.for_keyword(SA_RESOURCES).value_set(self.state.task_resources),
+            SearchAttributeKey.for_keyword(SA_AUTOSTOP).value_set(
+                self.state.autostop_summary()),
         ])
 
-    def _set_status(self, status: ClusterStatus, step: str = "") -> None:
+    def _set_status(self, status: ClusterStatus, step: str = "", reason: str = "") -> None:
         self.state.status = status
         self.state.step = step
+        self.state.status_reason = reason
         self.state.task_resources = resources_summary(self.state)
+        if status == ClusterStatus.UP:
+            self.state.ever_up = True
+        self.schedule_changed = True
         self._publish()
 
     def _child_id(self, kind: str) -> str:
@@ -147,40 +224,50 @@ class ClusterWorkflow:
             if reuse:
                 self._require_fit(task)
             job_id = self._next_job_id() if task.run or task.setup else None
+            if request.autostop is not None:
+                self.state.autostop = request.autostop
             self.state.last_error = None
+            self._touch()
+            if not reuse:
+                self.state.launched = Task(num_nodes=task.num_nodes, resources=task.resources)
             try:
-                output = await workflow.execute_child_workflow(
-                    LaunchWorkflow.run,
-                    LaunchInput(
-                        cluster_name=self.state.name, task=task,
-                        placement=self.state.placement,
-                        reuse=self.state.info if reuse else None,
-                        gcs_address=self.state.gcs_address if reuse else None,
-                        job_id=job_id,
-                    ),
-                    id=self._child_id("launch"),
-                )
-            except ChildWorkflowError as err:
-                self.state.last_error = error_message(err)
-                ready = self.state.gcs_address is not None and self.state.info is not None
-                # A failed setup leaves the cluster up, for debugging (SkyPilot does too).
-                if error_type(err) == "SetupError" and ready:
-                    self._set_status(ClusterStatus.UP)
-                else:
-                    self._set_status(ClusterStatus.UP if reuse else ClusterStatus.INIT)
-                raise ApplicationError(
-                    self.state.last_error, error_details(err),
-                    type=error_type(err) or "LaunchFailed", non_retryable=True,
-                ) from err
-            self.state.info, self.state.placement = output.info, output.placement
-            self.state.gcs_address = output.gcs_address
-            self.state.num_nodes = len(output.info.nodes)
+                await self._launch_child(LaunchInput(
+                    cluster_name=self.state.name, task=task, placement=self.state.placement,
+                    reuse=self.state.info if reuse else None,
+                    gcs_address=self.state.gcs_address if reuse else None,
+                    job_id=job_id, retry_until_up=request.retry_until_up,
+                    was_up=self.state.ever_up,
+                ), reuse)
+            finally:
+                self._touch()
             if not reuse:
                 self.state.launched_at = workflow.now()
-            self._set_status(ClusterStatus.UP)
             if job_id is not None and task.run:
                 await self._submit(task, job_id)
             return LaunchResult(record=self.state, job_id=job_id, provisioned=not reuse)
+
+    async def _launch_child(self, request: LaunchInput, reuse: bool) -> None:
+        """Run LaunchWorkflow; the cluster is UP after it, or INIT (UP after a failed
+        setup, since the nodes and Ray are up: SkyPilot keeps it for debugging)."""
+        try:
+            output = await workflow.execute_child_workflow(
+                LaunchWorkflow.run, request, id=self._child_id("launch")
+            )
+        except ChildWorkflowError as err:
+            self.state.last_error = error_message(err)
+            ready = self.state.gcs_address is not None and self.state.info is not None
+            if (error_type(err) == "SetupError" and ready) or reuse:
+                self._set_status(ClusterStatus.UP)
+            else:
+                self._set_status(ClusterStatus.INIT, reason=self.state.last_error)
+            raise ApplicationError(
+                self.state.last_error, error_details(err),
+                type=error_type(err) or "LaunchFailed", non_retryable=True,
+            ) from err
+        self.state.info, self.state.placement = output.info, output.placement
+        self.state.gcs_address = output.gcs_address
+        self.state.num_nodes = len(output.info.nodes)
+        self._set_status(ClusterStatus.UP)
 
     @launch.validator
     def _validate_launch(self, request: LaunchRequest) -> None:
@@ -194,6 +281,7 @@ class ClusterWorkflow:
             task = request.task
             self._require_fit(task)
             job_id = self._next_job_id()
+            self._touch()
             if task.workdir or task.file_mounts:
                 assert self.state.info is not None
                 await workflow.execute_activity(
@@ -225,38 +313,149 @@ class ClusterWorkflow:
         )
         self.state.step = ""
 
-    # -- down ---------------------------------------------------------------------------
+    # -- stop, start, down --------------------------------------------------------------
+    @workflow.update
+    async def stop(self, request: StopRequest) -> TeardownResult:
+        async with self.lock:
+            self._require_stoppable()
+            return await self._teardown(terminate=False, purge=False)
+
+    @stop.validator
+    def _validate_stop(self, request: StopRequest) -> None:
+        self._require_stoppable()
+
+    @workflow.update
+    async def start(self, request: StartRequest) -> ClusterRecord:
+        """Resume the stopped instances where they are (their disks hold data), then Ray."""
+        async with self.lock:
+            self._require_startable()
+            assert self.state.launched is not None
+            self._set_status(ClusterStatus.INIT, step="starting")
+            self._touch()
+            await self._launch_child(LaunchInput(
+                cluster_name=self.state.name, task=self.state.launched,
+                placement=self.state.placement, retry_until_up=request.retry_until_up,
+                was_up=True,
+            ), reuse=False)
+            return self.state
+
+    @start.validator
+    def _validate_start(self, request: StartRequest) -> None:
+        self._require_startable()
+
     @workflow.update
     async def down(self, request: DownRequest) -> TeardownResult:
         async with self.lock:
             if self.state.status == ClusterStatus.TERMINATED:
                 return TeardownResult(message=f"Cluster {self.state.name} is already gone.")
-            self.state.step = "tearing down"
-            teardown = TeardownInput(
-                cluster_name=self.state.name, placement=self.state.placement,
-                info=self.state.info, terminate=True,
+            return await self._teardown(terminate=True, purge=request.purge)
+
+    async def _teardown(self, terminate: bool, purge: bool) -> TeardownResult:
+        self.state.step = "tearing down" if terminate else "stopping"
+        stopped = self.state.status == ClusterStatus.STOPPED
+        teardown = TeardownInput(
+            cluster_name=self.state.name, placement=self.state.placement,
+            info=None if stopped else self.state.info, terminate=terminate,
+        )
+        try:
+            result: TeardownResult = await workflow.execute_child_workflow(
+                TeardownWorkflow.run, teardown, id=self._child_id("down" if terminate else "stop")
             )
-            try:
-                result = await workflow.execute_child_workflow(
-                    TeardownWorkflow.run, teardown, id=self._child_id("down")
-                )
-            except ChildWorkflowError as err:
-                if not request.purge:
-                    self.state.step = ""
-                    self.state.last_error = error_message(err)
-                    raise ApplicationError(
-                        f"teardown of {self.state.name} failed: {self.state.last_error}. "
-                        "Retry, or use --purge to forget the cluster anyway.",
-                        type="TeardownFailed", non_retryable=True,
-                    ) from err
-                result = TeardownResult(
-                    message=f"Cluster {self.state.name} forgotten (--purge).",
-                    warnings=[f"teardown failed: {error_message(err)}; instances tagged "
-                              f"orch-cluster={self.state.name} may remain on "
-                              f"{self.state.placement.cloud if self.state.placement else '?'}"],
-                )
+        except ChildWorkflowError as err:
+            self.state.step = ""
+            self.state.last_error = error_message(err)
+            if not purge:
+                raise ApplicationError(
+                    f"{'teardown' if terminate else 'stop'} of {self.state.name} failed: "
+                    f"{self.state.last_error}. Retry"
+                    + (", or use --purge to forget the cluster anyway." if terminate else "."),
+                    type="TeardownFailed", non_retryable=True,
+                ) from err
+            cloud = self.state.placement.cloud if self.state.placement else "?"
+            result = TeardownResult(
+                message=f"Cluster {self.state.name} forgotten (--purge).",
+                warnings=[f"teardown failed: {self.state.last_error}; instances tagged "
+                          f"orch-cluster={self.state.name} may remain on {cloud}: look for "
+                          "them in its console, or run orch down again once it answers"],
+            )
+        if terminate:
             self._set_status(ClusterStatus.TERMINATED)
-            return result
+        else:
+            self._set_status(ClusterStatus.STOPPED)
+        return result
+
+    # -- autostop -----------------------------------------------------------------------
+    @workflow.update
+    async def set_autostop(self, request: AutostopRequest) -> ClusterRecord:
+        self._require_not_gone()
+        self.state.autostop = request.setting
+        self._touch()
+        return self.state
+
+    async def _autostop_if_idle(self) -> None:
+        """The idle deadline passed: ask the head whether jobs ran since, then act."""
+        if self.state.status != ClusterStatus.UP or self.state.info is None:
+            self.state.last_activity_at = workflow.now()  # nothing to stop now; look later
+            return
+        try:
+            jobs = await workflow.execute_activity(
+                jobs_activity, NodesRequest(info=self.state.info), **BEST_EFFORT
+            )
+        except ActivityError:
+            self.state.last_activity_at = workflow.now()  # head unreachable: try again later
+            return
+        previous = self.state.last_activity_at or workflow.now()
+        reported = jobs.last_activity_at
+        if jobs.active:
+            self.state.last_activity_at = workflow.now()
+        elif reported is not None and reported > previous:
+            self.state.last_activity_at = reported
+        else:
+            assert self.state.autostop is not None
+            down = self.state.autostop.down
+            workflow.logger.info("cluster idle: autostop %s", "down" if down else "stop")
+            await self._teardown(terminate=down, purge=False)
+            return
+        self.schedule_changed = True
+        self._publish()
+
+    # -- refresh ------------------------------------------------------------------------
+    @workflow.update
+    async def refresh(self) -> ClusterRecord:
+        """Check the record against the cloud. While an operation runs (a launch creating
+        the cluster, say) the record is returned as it is: nothing is concluded."""
+        if self.lock.locked():
+            return self.state
+        async with self.lock:
+            await self._refresh()
+            return self.state
+
+    async def _refresh(self) -> None:
+        self.state.last_refresh_at = workflow.now()
+        placement = self.state.placement
+        if placement is None or self.state.status == ClusterStatus.TERMINATED:
+            return
+        found = await workflow.execute_activity(
+            query_instances,
+            InstancesRequest(cloud=placement.cloud, region=placement.region,
+                             cluster_name=self.state.name),
+            **CLOUD_CALL,
+        )
+        expected = [n.instance_id for n in self.state.info.nodes] if self.state.info else []
+        healthy = None
+        all_running = found and all(s == InstanceStatus.RUNNING for s in found.values())
+        if self.state.status == ClusterStatus.UP and all_running and self.state.info:
+            assert self.state.gcs_address is not None
+            healthy = await workflow.execute_activity(
+                ray_healthy,
+                HealthRequest(info=self.state.info, gcs_address=self.state.gcs_address),
+                **BEST_EFFORT,
+            )
+        verdict = refresh_verdict(self.state.status, expected, found, healthy)
+        self.state.warnings = [f"instances tagged for this cluster but not in its record "
+                               f"(leaked?): {', '.join(verdict.leaked)}"] if verdict.leaked else []
+        if verdict.status != self.state.status or verdict.reason != self.state.status_reason:
+            self._set_status(verdict.status, reason=verdict.reason)
 
     # -- guards -------------------------------------------------------------------------
     def _require_not_gone(self) -> None:
@@ -271,6 +470,30 @@ class ClusterWorkflow:
             raise ApplicationError(
                 f"cluster {self.state.name} is {self.state.status}, not UP",
                 type="ClusterNotUp", non_retryable=True,
+            )
+
+    def _require_stoppable(self) -> None:
+        self._require_not_gone()
+        if self.state.status == ClusterStatus.STOPPED:
+            raise ApplicationError(f"cluster {self.state.name} is already STOPPED",
+                                   type="ClusterStopped", non_retryable=True)
+        if self.state.placement is None:
+            raise ApplicationError(f"cluster {self.state.name} was never provisioned",
+                                   type="ClusterNotUp", non_retryable=True)
+        if self.state.placement.use_spot:
+            raise ApplicationError(
+                f"cluster {self.state.name} runs on spot instances, which cannot be stopped; "
+                "use orch down", type="CannotStop", non_retryable=True)
+
+    def _require_startable(self) -> None:
+        self._require_not_gone()
+        if self.state.status not in (ClusterStatus.STOPPED, ClusterStatus.INIT) or (
+            self.state.launched is None or self.state.placement is None
+        ):
+            raise ApplicationError(
+                f"cluster {self.state.name} is {self.state.status}: only a stopped (or "
+                "half-started) cluster can be started", type="ClusterNotStopped",
+                non_retryable=True,
             )
 
     def _require_fit(self, task: Task) -> None:

@@ -37,7 +37,6 @@ with workflow.unsafe.imports_passed_through():
     from orch.failover_rules import Blocklist, Candidate, FailoverAttempt, record_failure
     from orch.records import FAILOVER_WORKFLOW, Placement
     from orch.spec import Task
-    from workflows.permits import acquire_permit
     from workflows.options import (
         CLOUD_CALL,
         LONG_CALL,
@@ -45,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         error_message,
         error_type,
     )
+    from workflows.permits import acquire_permit
 
 RETRY_ROUND_S = (30, 60, 120, 300)  # sleeps between rounds of --retry-until-up
 

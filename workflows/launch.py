@@ -60,7 +60,7 @@ class LaunchWorkflow:
                 FailoverWorkflow.run,
                 FailoverInput(cluster_name=request.cluster_name, task=task,
                               placement=request.placement, blocklist=request.blocklist,
-                              retry_until_up=request.retry_until_up),
+                              retry_until_up=request.retry_until_up, was_up=request.was_up),
                 id=f"{workflow.info().workflow_id}/failover",
             )
             info, placement = provisioned.info, provisioned.placement

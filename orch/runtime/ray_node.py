@@ -103,6 +103,11 @@ def stop() -> None:
     STATE_FILE.unlink(missing_ok=True)
 
 
+def healthy(ip: str, gcs_address: str) -> bool:
+    """Whether this node's raylet for the cluster whose GCS is ``gcs_address`` is alive."""
+    return gcs_address in _raylet_gcs_addresses(ip)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="orch-ray-node")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -112,9 +117,14 @@ def main(argv: list[str] | None = None) -> None:
     start_parser.add_argument("--gpus", type=int, default=0)
     start_parser.add_argument("--head-address")
     sub.add_parser("stop")
+    health = sub.add_parser("health")
+    health.add_argument("--ip", required=True)
+    health.add_argument("--gcs-address", required=True)
     args = parser.parse_args(argv)
     if args.command == "start":
         print(json.dumps({"gcs_address": start(args.ip, args.cpus, args.head_address, args.gpus)}))
+    elif args.command == "health":
+        raise SystemExit(0 if healthy(args.ip, args.gcs_address) else 1)
     else:
         stop()
 

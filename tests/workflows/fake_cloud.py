@@ -7,6 +7,7 @@ inputs and results, same typed ApplicationErrors. A test scripts failures per ac
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections import defaultdict
@@ -14,15 +15,17 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
-from temporalio.service import RPCError
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.plan import PlanRequest
 from activities.provision import InstancesRequest, ProvisionRequest, WaitGoneRequest
 from activities.runtime import (
+    HealthRequest,
+    JobsActivity,
     NodesRequest,
     SetupRequest,
     StartRayRequest,
@@ -31,26 +34,57 @@ from activities.runtime import (
 )
 from orch.clouds.base import ClusterInfo, InstanceStatus, NodeInfo, ProvisionRecord
 from orch.failover_rules import Candidate
+from orch.records import ClusterInput
 from orch.runtime.jobs import JobRecord
 from orch.status import JobStatus
 from workers.registry import WORKFLOWS, client_activities
+from workflows.cluster import ClusterWorkflow
 from workflows.launch_semaphore import LAUNCH_SEMAPHORE_ID, SemaphoreSettings
 
 
+class ClusterTestbed:
+    """A task queue with a worker on it; remembers the clusters it started, so that they
+    can be terminated when the test ends (a workflow left running with a timer and no
+    worker would stall the time-skipping server for every later test)."""
+
+    def __init__(self, env: WorkflowEnvironment, task_queue: str) -> None:
+        self.env, self.task_queue = env, task_queue
+        self.handles: list[WorkflowHandle] = []
+
+    async def start_cluster(self, name: str) -> WorkflowHandle:
+        handle = await self.env.client.start_workflow(
+            ClusterWorkflow.run, ClusterInput(name=name, publish_search_attributes=False),
+            id=f"cluster/{name}-{uuid.uuid4().hex[:6]}", task_queue=self.task_queue,
+        )
+        self.handles.append(handle)
+        return handle
+
+    async def terminate_all(self) -> None:
+        semaphore = self.env.client.get_workflow_handle(LAUNCH_SEMAPHORE_ID)
+        for handle in [*self.handles, semaphore]:
+            with contextlib.suppress(RPCError):  # never started: nothing to stop
+                if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                    await handle.terminate("test over")
+
+
 @asynccontextmanager
-async def fake_cloud_worker(env: WorkflowEnvironment, cloud: FakeCloud) -> AsyncIterator[str]:
-    """A worker on a fresh task queue with orch's workflows, the fake cloud's activities
-    and the real semaphore activities; yields the task queue. The launch semaphore is
-    terminated at the end, since it lives on this worker's task queue."""
-    task_queue = f"test-{uuid.uuid4().hex[:8]}"
+async def fake_cloud_worker(
+    env: WorkflowEnvironment, cloud: FakeCloud, testbed: ClusterTestbed | None = None
+) -> AsyncIterator[ClusterTestbed]:
+    """A worker on a fresh task queue (or ``testbed``'s again) with orch's workflows, the
+    fake cloud's activities and the real semaphore activities. Unless a testbed is passed
+    in, everything it started is terminated at the end, the launch semaphore included
+    (it lives on this worker's task queue)."""
+    bed = testbed or ClusterTestbed(env, f"test-{uuid.uuid4().hex[:8]}")
     activities = cloud.activities() + client_activities(env.client, SemaphoreSettings())
-    async with Worker(env.client, task_queue=task_queue, workflows=WORKFLOWS,
-                      activities=activities):
-        yield task_queue
-    semaphore = env.client.get_workflow_handle(LAUNCH_SEMAPHORE_ID)
-    with contextlib.suppress(RPCError):  # never started: nothing to stop
-        if (await semaphore.describe()).status == WorkflowExecutionStatus.RUNNING:
-            await semaphore.terminate("test over")
+    # No sticky cache: every workflow task replays the history (a determinism check on
+    # every step), and a worker that stops leaves no sticky queue for the time-skipping
+    # server to wait on while its clock is frozen.
+    async with Worker(env.client, task_queue=bed.task_queue, workflows=WORKFLOWS,
+                      activities=activities, max_cached_workflows=0):
+        yield bed
+    if testbed is None:
+        await bed.terminate_all()
 
 
 class FakeCloud:
@@ -60,12 +94,22 @@ class FakeCloud:
         self.calls: list[str] = []
         self.failures: dict[str, list[ApplicationError]] = defaultdict(list)
         self.submitted: list[int] = []
+        self.gates: dict[str, asyncio.Event] = {}
+        self.ray_is_healthy = True
+        self.jobs = JobsActivity(active=False)  # what the head's job table says (autostop)
 
     def fail(self, activity_name: str, error: ApplicationError, times: int = 1) -> None:
         self.failures[activity_name] += [error] * times
 
-    def _enter(self, name: str) -> None:
+    def hold(self, activity_name: str) -> asyncio.Event:
+        """Make ``activity_name`` wait, once entered, until the returned event is set."""
+        self.gates[activity_name] = asyncio.Event()
+        return self.gates[activity_name]
+
+    async def _enter(self, name: str) -> None:
         self.calls.append(name)
+        if name in self.gates:
+            await self.gates[name].wait()
         if self.failures[name]:
             raise self.failures[name].pop(0)
 
@@ -81,22 +125,22 @@ class FakeCloud:
     def activities(self) -> list:
         @activity.defn(name="plan_candidates")
         async def plan_candidates(request: PlanRequest) -> list[Candidate]:
-            self._enter("plan_candidates")
+            await self._enter("plan_candidates")
             return [c for c in self.candidates
                     if not request.blocklist.blocks(c.cloud, c.region, None, c.instance_type,
                                                     c.use_spot)]
 
         @activity.defn(name="check_quota")
         async def check_quota(request: ProvisionRequest) -> None:
-            self._enter("check_quota")
+            await self._enter("check_quota")
 
         @activity.defn(name="run_instances")
         async def run_instances(request: ProvisionRequest) -> ProvisionRecord:
-            self._enter("run_instances")
+            await self._enter("run_instances")
             config = request.config
             nodes = self.instances[config.cluster_name]
-            for index in range(config.num_nodes):
-                nodes.setdefault(f"{config.cluster_name}-{index}", InstanceStatus.RUNNING)
+            for index in range(config.num_nodes):  # resumes stopped ones, creates the rest
+                nodes[f"{config.cluster_name}-{index}"] = InstanceStatus.RUNNING
             return ProvisionRecord(
                 cloud=request.cloud, cluster_name=config.cluster_name, region=config.region,
                 head_instance_id=f"{config.cluster_name}-0",
@@ -104,23 +148,23 @@ class FakeCloud:
 
         @activity.defn(name="wait_running")
         async def wait_running(request: InstancesRequest) -> None:
-            self._enter("wait_running")
+            await self._enter("wait_running")
 
         @activity.defn(name="get_cluster_info")
         async def get_cluster_info(request: InstancesRequest) -> ClusterInfo:
-            self._enter("get_cluster_info")
+            await self._enter("get_cluster_info")
             return self.info(request.cluster_name)
 
         @activity.defn(name="terminate_instances")
         async def terminate_instances(request: InstancesRequest) -> list[str]:
-            self._enter("terminate_instances")
+            await self._enter("terminate_instances")
             found = sorted(self.instances[request.cluster_name])
             self.instances[request.cluster_name].clear()
             return found
 
         @activity.defn(name="stop_instances")
         async def stop_instances(request: InstancesRequest) -> list[str]:
-            self._enter("stop_instances")
+            await self._enter("stop_instances")
             nodes = self.instances[request.cluster_name]
             for instance in nodes:
                 nodes[instance] = InstanceStatus.STOPPED
@@ -128,45 +172,60 @@ class FakeCloud:
 
         @activity.defn(name="wait_instances_gone")
         async def wait_instances_gone(request: WaitGoneRequest) -> None:
-            self._enter("wait_instances_gone")
+            await self._enter("wait_instances_gone")
 
         @activity.defn(name="cleanup_ports")
         async def cleanup_ports(request: InstancesRequest) -> None:
-            self._enter("cleanup_ports")
+            await self._enter("cleanup_ports")
 
         @activity.defn(name="wait_for_nodes")
         async def wait_for_nodes(request: NodesRequest) -> None:
-            self._enter("wait_for_nodes")
+            await self._enter("wait_for_nodes")
 
         @activity.defn(name="setup_runtime")
         async def setup_runtime(request: NodesRequest) -> None:
-            self._enter("setup_runtime")
+            await self._enter("setup_runtime")
 
         @activity.defn(name="start_ray")
         async def start_ray(request: StartRayRequest) -> str:
-            self._enter("start_ray")
+            await self._enter("start_ray")
             return f"{request.info.nodes[0].internal_ip}:6380"
 
         @activity.defn(name="sync_files")
         async def sync_files(request: SyncRequest) -> None:
-            self._enter("sync_files")
+            await self._enter("sync_files")
 
         @activity.defn(name="run_setup")
         async def run_setup(request: SetupRequest) -> None:
-            self._enter("run_setup")
+            await self._enter("run_setup")
 
         @activity.defn(name="submit_job")
         async def submit_job(request: SubmitRequest) -> JobRecord:
-            self._enter("submit_job")
+            await self._enter("submit_job")
             self.submitted.append(request.spec.id)
             return JobRecord(id=request.spec.id, status=JobStatus.PENDING,
                              submitted_at="2026-01-01T00:00:00Z")
 
         @activity.defn(name="stop_ray")
         async def stop_ray(request: NodesRequest) -> None:
-            self._enter("stop_ray")
+            await self._enter("stop_ray")
+
+        @activity.defn(name="query_instances")
+        async def query_instances(request: InstancesRequest) -> dict[str, InstanceStatus]:
+            await self._enter("query_instances")
+            return dict(self.instances[request.cluster_name])
+
+        @activity.defn(name="ray_healthy")
+        async def ray_healthy(request: HealthRequest) -> bool:
+            await self._enter("ray_healthy")
+            return self.ray_is_healthy
+
+        @activity.defn(name="jobs_activity")
+        async def jobs_activity(request: NodesRequest) -> JobsActivity:
+            await self._enter("jobs_activity")
+            return self.jobs
 
         return [plan_candidates, check_quota, run_instances, wait_running, get_cluster_info,
                 terminate_instances, stop_instances, wait_instances_gone, cleanup_ports,
                 wait_for_nodes, setup_runtime, start_ray, sync_files, run_setup, submit_job,
-                stop_ray]
+                stop_ray, query_instances, ray_healthy, jobs_activity]

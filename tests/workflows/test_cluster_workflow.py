@@ -13,7 +13,6 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from orch.records import (
-    ClusterInput,
     ClusterRecord,
     DownRequest,
     ExecRequest,
@@ -25,7 +24,7 @@ from orch.records import (
 )
 from orch.spec import Task
 from orch.status import ClusterStatus
-from tests.workflows.fake_cloud import FakeCloud, fake_cloud_worker
+from tests.workflows.fake_cloud import FakeCloud, ClusterTestbed, fake_cloud_worker
 from tests.workflows.histories import save_with_children
 from workflows.cluster import ClusterWorkflow
 from workflows.teardown import TeardownWorkflow
@@ -39,16 +38,12 @@ RUNTIME = ["wait_for_nodes", "setup_runtime", "start_ray"]
 
 
 class Harness:
-    def __init__(self, env: WorkflowEnvironment, cloud: FakeCloud, task_queue: str):
-        self.env, self.cloud, self.task_queue = env, cloud, task_queue
+    def __init__(self, env: WorkflowEnvironment, cloud: FakeCloud, testbed: ClusterTestbed):
+        self.env, self.cloud, self.testbed = env, cloud, testbed
+        self.task_queue = testbed.task_queue
 
     async def cluster(self, name: str = "hello") -> WorkflowHandle:
-        return await self.env.client.start_workflow(
-            ClusterWorkflow.run,
-            ClusterInput(name=name, publish_search_attributes=False),
-            id=f"cluster/{name}-{uuid.uuid4().hex[:6]}",
-            task_queue=self.task_queue,
-        )
+        return await self.testbed.start_cluster(name)
 
     async def launch(self, handle: WorkflowHandle, task: Task = HELLO) -> LaunchResult:
         result: LaunchResult = await handle.execute_update(
@@ -64,8 +59,8 @@ class Harness:
 @pytest_asyncio.fixture
 async def harness(time_skipping_env: WorkflowEnvironment) -> AsyncIterator[Harness]:
     cloud = FakeCloud()
-    async with fake_cloud_worker(time_skipping_env, cloud) as task_queue:
-        yield Harness(time_skipping_env, cloud, task_queue)
+    async with fake_cloud_worker(time_skipping_env, cloud) as testbed:
+        yield Harness(time_skipping_env, cloud, testbed)
 
 
 async def test_launch_runs_the_steps_in_order_and_submits_job_1(harness: Harness) -> None:
