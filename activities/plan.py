@@ -6,6 +6,7 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from orch.check import enabled_clouds
 from orch.failover_rules import Blocklist, Candidate
 from orch.optimizer import OptimizerError, plan
 from orch.records import Placement
@@ -28,6 +29,6 @@ def plan_candidates(request: PlanRequest) -> list[Candidate]:
         resources = task.resources.model_copy(update=pinned)
         task = task.model_copy(update={"resources": resources})
     try:
-        return plan(task, blocklist=request.blocklist)
+        return plan(task, blocklist=request.blocklist, enabled_clouds=enabled_clouds())
     except OptimizerError as exc:
         raise ApplicationError(str(exc), type="NoCandidatesError", non_retryable=True) from exc

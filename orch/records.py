@@ -73,6 +73,13 @@ class ClusterRecord(BaseModel):
     gcs_address: str | None = None
     next_job_id: int = 1
     step: str = ""  # what the cluster is doing now, for progress displays
+    events: list[str] = Field(default_factory=list)  # the latest steps and hops, oldest first
+    event_count: int = 0  # how many events there ever were (``events`` keeps the last ones)
+
+    def events_since(self, count: int) -> list[str]:
+        """The events after the first ``count`` (as many as are still kept)."""
+        new = self.event_count - count
+        return self.events[-new:] if new > 0 else []
     last_error: str | None = None
     launched_at: datetime | None = None
     launched: Task | None = None  # nodes and resources of the launch: what `start` restores
@@ -157,6 +164,18 @@ class LaunchInput(BaseModel):
     reuse: ClusterInfo | None = None  # an UP cluster: skip provisioning
     gcs_address: str | None = None
     job_id: int | None = None
+
+
+PROGRESS_SIGNAL = "launch_progress"
+
+
+class LaunchProgress(BaseModel):
+    """A step of a launch, signalled to the cluster's workflow as it happens."""
+
+    step: str
+    placement: Placement | None = None
+    info: ClusterInfo | None = None
+    gcs_address: str | None = None
 
 
 class LaunchOutput(BaseModel):

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from orch.lifecycle import refresh_verdict
     from orch.records import (
         CLUSTER_WORKFLOW,
+        PROGRESS_SIGNAL,
         SA_AUTOSTOP,
         SA_CLOUD,
         SA_CLUSTER,
@@ -49,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         DownRequest,
         ExecRequest,
         LaunchInput,
+        LaunchProgress,
         LaunchRequest,
         LaunchResult,
         StartRequest,
@@ -59,7 +61,7 @@ with workflow.unsafe.imports_passed_through():
     from orch.runtime.jobs import WORKDIR, JobSpec
     from orch.spec import Task
     from orch.status import ClusterStatus
-    from workflows.launch import PROGRESS_SIGNAL, LaunchProgress, LaunchWorkflow
+    from workflows.launch import LaunchWorkflow
     from workflows.options import (
         BEST_EFFORT,
         CLOUD_CALL,
@@ -72,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
 
 DEFAULT_CPUS_PER_NODE = 0.5  # a job's bundle when the task names no CPUs
 REFRESH_EVERY = timedelta(minutes=10)
+MAX_EVENTS = 100
 
 
 def resources_summary(record: ClusterRecord) -> str:
@@ -100,7 +103,7 @@ class ClusterWorkflow:
 
     @workflow.signal(name=PROGRESS_SIGNAL)
     def launch_progress(self, progress: LaunchProgress) -> None:
-        self.state.step = progress.step
+        self._event(progress.step)
         if progress.placement is not None:
             self.state.placement = progress.placement
         if progress.info is not None:
@@ -165,6 +168,12 @@ class ClusterWorkflow:
                 last is None or workflow.now() >= last + REFRESH_EVERY
             ):
                 await self._refresh()
+
+    def _event(self, step: str) -> None:
+        """A step of an operation: shown by progress displays, kept (briefly) in the record."""
+        self.state.step = step
+        self.state.events = [*self.state.events[-(MAX_EVENTS - 1):], step]
+        self.state.event_count += 1
 
     def _touch(self) -> None:
         """Something happened on the cluster: the autostop clock starts again."""

@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from orch.clouds.base import ClusterInfo, InstanceStatus, ProvisionConfig
     from orch.clouds.errors import BlockScope
     from orch.failover_rules import Blocklist, Candidate, FailoverAttempt, record_failure
-    from orch.records import FAILOVER_WORKFLOW, Placement
+    from orch.records import FAILOVER_WORKFLOW, PROGRESS_SIGNAL, LaunchProgress, Placement
     from orch.spec import Task
     from workflows.options import (
         CLOUD_CALL,
@@ -57,6 +57,7 @@ class FailoverInput(BaseModel):
     was_up: bool = False  # partial nodes are stopped, not terminated, once a cluster was up
     retry_until_up: bool = False
     ssh_public_key: str | None = None
+    report_to: str | None = None  # the workflow told of each hop (the cluster's), by signal
 
 
 class FailoverOutput(BaseModel):
@@ -70,7 +71,6 @@ class FailoverWorkflow:
     def __init__(self) -> None:
         self.history: list[FailoverAttempt] = []
         self.blocklist = Blocklist()
-        self.current: str = ""
 
     @workflow.query
     def attempts(self) -> list[FailoverAttempt]:
@@ -135,7 +135,6 @@ class FailoverWorkflow:
                 cloud=candidate.cloud, region=candidate.region, zone=zone,
                 instance_type=candidate.instance_type, use_spot=candidate.use_spot,
             )
-            self.current = f"{candidate.cloud}/{candidate.region}/{zone or '-'}"
             instances = InstancesRequest(
                 cloud=candidate.cloud, region=candidate.region, cluster_name=request.cluster_name
             )
@@ -156,6 +155,12 @@ class FailoverWorkflow:
                 memory_gb=candidate.memory_gb,
             )
             provision = ProvisionRequest(cloud=candidate.cloud, config=config)
+            where = " ".join(filter(None, [candidate.cloud, candidate.region, zone,
+                                           candidate.instance_type,
+                                           "spot" if candidate.use_spot else None]))
+            await self._report(request, f"provisioning on {where}"
+                               + (f" (${candidate.price_per_hour:.2f}/h)"
+                                  if candidate.price_per_hour else ""))
             try:
                 await workflow.execute_activity(check_quota, provision, **CLOUD_CALL)
                 await workflow.execute_activity(run_instances, provision, **CLOUD_CALL)
@@ -169,12 +174,21 @@ class FailoverWorkflow:
                 attempt = record_failure(candidate, zone, kind, str(details.get("code", "")),
                                          error_message(err), scope)
                 self.history.append(attempt)
-                workflow.logger.info("provisioning in %s failed: %s", self.current, kind)
+                blocked = attempt.block.describe() if attempt.block else "nothing (retry)"
+                await self._report(request, f"{where}: {kind} {attempt.code} "
+                                            f"({attempt.message[:120]}); blocked {blocked}")
                 await self._remove_partial(instances, request.was_up)
                 self.blocklist = self.blocklist.add(attempt.block)
                 if scope in (BlockScope.REGION, BlockScope.CLOUD):
                     return None
         return None
+
+    async def _report(self, request: FailoverInput, step: str) -> None:
+        workflow.logger.info("%s", step)
+        if request.report_to:
+            await workflow.get_external_workflow_handle(request.report_to).signal(
+                PROGRESS_SIGNAL, LaunchProgress(step=step)
+            )
 
     async def _remove_partial(self, instances: InstancesRequest, was_up: bool) -> None:
         """Partial nodes must be gone (or stopped) before the next candidate is tried."""

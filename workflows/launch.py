@@ -10,7 +10,6 @@ soon as they exist.
 
 from __future__ import annotations
 
-from pydantic import BaseModel
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -25,20 +24,15 @@ with workflow.unsafe.imports_passed_through():
         sync_files,
         wait_for_nodes,
     )
-    from orch.clouds.base import ClusterInfo
-    from orch.records import LAUNCH_WORKFLOW, LaunchInput, LaunchOutput, Placement
+    from orch.records import (
+        LAUNCH_WORKFLOW,
+        PROGRESS_SIGNAL,
+        LaunchInput,
+        LaunchOutput,
+        LaunchProgress,
+    )
     from workflows.failover import FailoverInput, FailoverWorkflow
     from workflows.options import LONG_CALL
-
-PROGRESS_SIGNAL = "launch_progress"
-
-
-class LaunchProgress(BaseModel):
-    step: str
-    placement: Placement | None = None
-    info: ClusterInfo | None = None
-    gcs_address: str | None = None
-
 
 @workflow.defn(name=LAUNCH_WORKFLOW)
 class LaunchWorkflow:
@@ -56,11 +50,13 @@ class LaunchWorkflow:
             info, placement, gcs_address = request.reuse, request.placement, request.gcs_address
         else:
             await self._report(LaunchProgress(step="provisioning"))
+            parent = workflow.info().parent
             provisioned = await workflow.execute_child_workflow(
                 FailoverWorkflow.run,
                 FailoverInput(cluster_name=request.cluster_name, task=task,
                               placement=request.placement, blocklist=request.blocklist,
-                              retry_until_up=request.retry_until_up, was_up=request.was_up),
+                              retry_until_up=request.retry_until_up, was_up=request.was_up,
+                              report_to=parent.workflow_id if parent else None),
                 id=f"{workflow.info().workflow_id}/failover",
             )
             info, placement = provisioned.info, provisioned.placement
@@ -70,8 +66,12 @@ class LaunchWorkflow:
             nodes = NodesRequest(info=info)
             await workflow.execute_activity(wait_for_nodes, nodes, **LONG_CALL)
             await self._report(LaunchProgress(step="setting up runtime"))
-            await workflow.execute_activity(setup_runtime, nodes, **LONG_CALL)
-            await self._report(LaunchProgress(step="starting Ray"))
+            pythons = await workflow.execute_activity(setup_runtime, nodes, **LONG_CALL)
+            info = info.model_copy(update={"nodes": [
+                node.model_copy(update={"python": python})
+                for node, python in zip(info.nodes, pythons, strict=True)
+            ]})
+            await self._report(LaunchProgress(step="starting Ray", info=info))
             gcs_address = await workflow.execute_activity(
                 start_ray, StartRayRequest(info=info), **LONG_CALL
             )

@@ -16,7 +16,7 @@ import json
 import os
 import secrets
 import shlex
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,6 +40,7 @@ from temporalio.service import RPCStatusCode
 
 from orch.clouds.base import NodeInfo
 from orch.config import TASK_QUEUE, TemporalSettings
+from orch.lifecycle import Autostop
 from orch.optimizer import OptimizerError, plan
 from orch.records import (
     CLUSTER_WORKFLOW,
@@ -51,12 +52,15 @@ from orch.records import (
     SA_NUM_NODES,
     SA_REGION,
     SA_RESOURCES,
+    AutostopRequest,
     ClusterInput,
     ClusterRecord,
     DownRequest,
     ExecRequest,
     LaunchRequest,
     LaunchResult,
+    StartRequest,
+    StopRequest,
     TeardownResult,
     cluster_workflow_id,
 )
@@ -72,11 +76,13 @@ INVALID_RESOURCES = "InvalidResources"  # an OrchError kind: the user's request,
 
 
 class OrchError(Exception):
-    """An operation orch refused or that failed; ``kind`` is the error's type name."""
+    """An operation orch refused or that failed; ``kind`` is the error's type name and
+    ``details`` what the workflow attached (e.g. every failover attempt)."""
 
-    def __init__(self, message: str, kind: str = ""):
+    def __init__(self, message: str, kind: str = "", details: dict[str, Any] | None = None):
         super().__init__(message)
         self.kind = kind
+        self.details = details or {}
 
 
 class ClusterSummary(BaseModel):
@@ -124,10 +130,11 @@ def _failure(err: BaseException) -> OrchError:
         cause = cause.__cause__
     if found is not None:
         details = found.details[0] if found.details else None
+        details = details if isinstance(details, dict) else {}
         message = found.message
-        if isinstance(details, dict) and details.get("tail"):
+        if details.get("tail"):
             message += "\n" + details["tail"]
-        return OrchError(message, found.type or "")
+        return OrchError(message, found.type or "", details)
     return OrchError(str(err))
 
 
@@ -136,6 +143,7 @@ class Client:
         self.temporal = temporal
         self.task_queue = task_queue
         self.ui_url: str | None = None
+        self.refreshed: dict[str, ClusterRecord] = {}  # the last status(refresh=True)'s
 
     @classmethod
     async def connect(cls, settings: TemporalSettings | None = None) -> Client:
@@ -189,9 +197,12 @@ class Client:
         task: Task,
         cluster: str | None = None,
         on_step: Callable[[str], None] | None = None,
+        *,
+        retry_until_up: bool = False,
+        autostop: Autostop | None = None,
     ) -> LaunchResult:
         """Launch ``task`` on ``cluster`` (created, or reused when UP); returns once the job
-        is submitted. ``on_step`` is told each step as the workflow reports it."""
+        is submitted. ``on_step`` is told each step and failover hop as it happens."""
         self.validate(task)
         cluster = cluster or f"orch-{secrets.token_hex(3)}"
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
@@ -201,14 +212,22 @@ class Client:
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
+        request = LaunchRequest(task=task, retry_until_up=retry_until_up, autostop=autostop)
+        seen = await self._event_count(cluster)
         try:
             update = await self.temporal.start_update_with_start_workflow(
-                "launch", LaunchRequest(task=task), start_workflow_operation=start,
+                "launch", request, start_workflow_operation=start,
                 wait_for_stage=WorkflowUpdateStage.ACCEPTED, result_type=LaunchResult,
             )
         except WorkflowUpdateFailedError as err:
             raise _failure(err) from None
-        return await self._await_with_progress(cluster, update.result(), on_step)
+        result: LaunchResult = await self._await_with_progress(
+            cluster, update.result(), on_step, seen)
+        return result
+
+    async def _event_count(self, cluster: str) -> int:
+        record = await self.record(cluster)
+        return record.event_count if record else 0
 
     @staticmethod
     def validate(task: Task) -> None:
@@ -219,29 +238,77 @@ class Client:
         except OptimizerError as err:
             raise OrchError(str(err), INVALID_RESOURCES) from None
 
-    async def _await_with_progress(self, cluster: str, result_coro, on_step) -> Any:
+    async def _await_with_progress(
+        self, cluster: str, result_coro: Awaitable[Any],
+        on_step: Callable[[str], None] | None, seen: int,
+    ) -> Any:
+        """Await an update's result, telling ``on_step`` of each new event of the cluster."""
         result = asyncio.ensure_future(result_coro)
-        last = None
+
+        async def report() -> None:
+            nonlocal seen
+            if on_step is None:
+                return
+            try:
+                record = await self._handle(cluster).query(
+                    "record", result_type=ClusterRecord, rpc_timeout=timedelta(seconds=3)
+                )
+            except RPCError:
+                return  # no worker answering right now; the operation goes on
+            for event in record.events_since(seen):
+                on_step(event)
+            seen = record.event_count
+
         try:
             while True:
                 done, _ = await asyncio.wait({result}, timeout=PROGRESS_POLL_S)
+                await report()
                 if done:
                     return result.result()
-                if on_step is None:
-                    continue
-                try:
-                    record = await self._handle(cluster).query(
-                        "record", result_type=ClusterRecord, rpc_timeout=timedelta(seconds=3)
-                    )
-                except RPCError:
-                    continue  # no worker answering right now; the launch goes on
-                if record.step and record.step != last:
-                    last = record.step
-                    on_step(record.step)
         except WorkflowUpdateFailedError as err:
             raise _failure(err) from None
         finally:
             result.cancel()
+
+    async def _update(self, cluster: str, name: str, request: Any, result_type: type,
+                      on_step: Callable[[str], None] | None = None) -> Any:
+        """Send an Update to an existing cluster, with progress; errors become OrchError."""
+        record = await self._require(cluster)
+        try:
+            update = await self._handle(cluster).start_update(
+                name, request, wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                result_type=result_type,
+            )
+        except WorkflowUpdateFailedError as err:
+            raise _failure(err) from None
+        return await self._await_with_progress(cluster, update.result(), on_step,
+                                               record.event_count)
+
+    async def stop(self, cluster: str, on_step: Callable[[str], None] | None = None
+                   ) -> TeardownResult:
+        """Stop Ray and the instances; the disks are kept for `start`."""
+        result: TeardownResult = await self._update(cluster, "stop", StopRequest(),
+                                                    TeardownResult, on_step)
+        return result
+
+    async def start(self, cluster: str, on_step: Callable[[str], None] | None = None,
+                    retry_until_up: bool = False) -> ClusterRecord:
+        """Resume a stopped cluster where it is (no failover), and Ray on it."""
+        record: ClusterRecord = await self._update(
+            cluster, "start", StartRequest(retry_until_up=retry_until_up), ClusterRecord,
+            on_step)
+        return record
+
+    async def set_autostop(self, cluster: str, setting: Autostop | None) -> ClusterRecord:
+        """Stop (or down) the cluster after idle minutes; None cancels."""
+        record: ClusterRecord = await self._update(
+            cluster, "set_autostop", AutostopRequest(setting=setting), ClusterRecord)
+        return record
+
+    async def refresh(self, cluster: str) -> ClusterRecord:
+        """Check the cluster's record against its cloud (and Ray); returns the result."""
+        record: ClusterRecord = await self._update(cluster, "refresh", None, ClusterRecord)
+        return record
 
     async def exec(self, cluster: str, task: Task) -> int:
         """Submit ``task``'s run command as a new job on an UP cluster; returns its id."""
@@ -266,8 +333,14 @@ class Client:
             raise _failure(err) from None
         return result
 
-    async def status(self) -> list[ClusterSummary]:
-        """Every live cluster, from one visibility query over search attributes."""
+    async def status(self, refresh: bool = False) -> list[ClusterSummary]:
+        """Every live cluster, from one visibility query over search attributes; with
+        ``refresh``, each cluster's record is first checked against its cloud."""
+        if refresh:
+            names = [c.name for c in await self.status() if not c.job_id]
+            records = await asyncio.gather(*(self.refresh(n) for n in names),
+                                           return_exceptions=True)
+            self.refreshed = {r.name: r for r in records if isinstance(r, ClusterRecord)}
         query = (f"ExecutionStatus = 'Running' AND (WorkflowType = '{CLUSTER_WORKFLOW}' "
                  f"OR WorkflowType = '{MANAGED_JOB_WORKFLOW}')")
         summaries = []

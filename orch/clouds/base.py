@@ -125,4 +125,8 @@ class Provider(Protocol):
 
     def open_ports(self, region: str, cluster_name: str, ports: list[str]) -> None: ...
 
+    def credentials_ok(self) -> tuple[bool, str]:
+        """Whether this machine's credentials work for the cloud, and who they are (or why
+        not); one cheap call."""
+
     def cleanup_ports(self, region: str, cluster_name: str) -> None: ...

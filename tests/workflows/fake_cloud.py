@@ -183,8 +183,9 @@ class FakeCloud:
             await self._enter("wait_for_nodes")
 
         @activity.defn(name="setup_runtime")
-        async def setup_runtime(request: NodesRequest) -> None:
+        async def setup_runtime(request: NodesRequest) -> list[str]:
             await self._enter("setup_runtime")
+            return ["/opt/orch/venv/bin/python"] * len(request.info.nodes)
 
         @activity.defn(name="start_ray")
         async def start_ray(request: StartRayRequest) -> str:

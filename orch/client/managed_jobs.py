@@ -1,0 +1,239 @@
+"""Managed jobs from the client: launch, queue, cancel, logs.
+
+    async with await Client.connect() as client:
+        jobs = ManagedJobs(client)
+        job_id = await jobs.launch(load_pipeline("train.yaml").tasks, name="train")
+
+A job is the workflow ``job/<id>`` (ManagedJobWorkflow); ids come from the ``managed-jobs``
+allocator workflow, one Update per launch. `queue` is one visibility query (each job keeps
+a ``JobSummary`` in its memo). Cancel is the workflow's ``cancel`` signal: the workflow
+tears the job's cluster down, gives its job slot back and ends CANCELLED.
+
+Output never goes through Temporal. `logs` shows, for each task and attempt in order: the
+attempt that is running now, streamed from its cluster's head over a command runner
+(``python -m orch.runtime.jobs logs``); every other attempt from the copy the worker's
+watch activity kept under ``$ORCH_HOME/managed_jobs/<id>/`` (the same directory as this
+client's with the embedded control plane; with remote workers those copies stay on the
+worker, and only the running attempt is shown here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from pydantic import BaseModel
+from temporalio.client import (
+    WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from orch.client import Client, OrchError
+from orch.clouds.base import NodeInfo
+from orch.config import orch_home
+from orch.managed_jobs import (
+    ALLOCATE_UPDATE,
+    CANCEL_SIGNAL,
+    MANAGED_JOB_IDS_WORKFLOW,
+    MANAGED_JOB_IDS_WORKFLOW_ID,
+    MEMO_SUMMARY,
+    STATE_QUERY,
+    JobIdsInput,
+    JobSummary,
+    ManagedJobInput,
+    ManagedJobState,
+    ManagedJobStatus,
+    TaskRun,
+    TaskStage,
+    attempt_log_path,
+    managed_job_workflow_id,
+    new_state,
+    summarize,
+)
+from orch.records import MANAGED_JOB_WORKFLOW
+from orch.runtime.runner import NodeUnreachableError, runner_for
+from orch.spec import Task
+
+FOLLOW_POLL_S = 1.0
+NO_SUCH_JOB = "NoSuchJob"
+
+
+class CancelOutcome(BaseModel):
+    job_id: int
+    requested: bool  # False: the job had already ended
+    status: ManagedJobStatus | None = None  # its final status, when it had ended
+
+
+def _head_logs_command(head: NodeInfo, job_id: int, follow: bool) -> str:
+    return (f"{shlex.quote(head.python)} -m orch.runtime.jobs logs {job_id}"
+            + (" --follow" if follow else ""))
+
+
+class ManagedJobs:
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.temporal = client.temporal
+
+    def _handle(self, job_id: int) -> WorkflowHandle[ManagedJobInput, ManagedJobState]:
+        return self.temporal.get_workflow_handle(managed_job_workflow_id(job_id),
+                                                 result_type=ManagedJobState)
+
+    async def allocate_id(self) -> int:
+        """The next job id, from the allocator workflow (started on first use)."""
+        start: WithStartWorkflowOperation[JobIdsInput, None] = WithStartWorkflowOperation(
+            MANAGED_JOB_IDS_WORKFLOW, JobIdsInput(), id=MANAGED_JOB_IDS_WORKFLOW_ID,
+            task_queue=self.client.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        job_id: int = await self.temporal.execute_update_with_start_workflow(
+            ALLOCATE_UPDATE, start_workflow_operation=start, result_type=int)
+        return job_id
+
+    async def launch(self, tasks: list[Task], name: str | None = None) -> int:
+        """Start a managed job running ``tasks`` one after another; returns its id.
+        Resources nothing could ever provide are refused before anything starts."""
+        if not tasks:
+            raise OrchError("a managed job needs at least one task")
+        for task in tasks:
+            Client.validate(task)
+        job_id = await self.allocate_id()
+        name = name or tasks[0].name
+        summary = summarize(new_state(job_id, name, tasks, datetime.now(UTC)))
+        await self.temporal.start_workflow(
+            MANAGED_JOB_WORKFLOW, ManagedJobInput(job_id=job_id, name=name, tasks=tasks),
+            id=managed_job_workflow_id(job_id), task_queue=self.client.task_queue,
+            memo={MEMO_SUMMARY: summary.model_dump(mode="json")},
+        )
+        return job_id
+
+    async def queue(self) -> list[JobSummary]:
+        """Every managed job the server still remembers, newest first."""
+        query = (f"WorkflowType = '{MANAGED_JOB_WORKFLOW}' "
+                 "AND ExecutionStatus != 'ContinuedAsNew'")
+        jobs: dict[int, JobSummary] = {}
+        async for execution in self.temporal.list_workflows(query):
+            memo = await execution.memo()
+            if MEMO_SUMMARY not in memo:
+                continue
+            summary = JobSummary.model_validate(memo[MEMO_SUMMARY])
+            ended_early = execution.status not in (WorkflowExecutionStatus.RUNNING,
+                                                   WorkflowExecutionStatus.COMPLETED)
+            if ended_early and not summary.status.is_terminal:  # terminated by an operator
+                summary.status = ManagedJobStatus.FAILED_CONTROLLER
+                summary.ended_at = execution.close_time
+            jobs[summary.id] = summary
+        return sorted(jobs.values(), key=lambda j: j.id, reverse=True)
+
+    async def state(self, job_id: int) -> ManagedJobState:
+        """The job's whole state: from the workflow while it runs, its result after."""
+        handle = self._handle(job_id)
+        try:
+            description = await handle.describe()
+            if description.status == WorkflowExecutionStatus.COMPLETED:
+                return await handle.result()
+            state: ManagedJobState = await handle.query(STATE_QUERY,
+                                                        result_type=ManagedJobState)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise OrchError(f"no managed job {job_id}", NO_SUCH_JOB) from None
+            raise OrchError(f"managed job {job_id}: {err.message}") from None
+        except (WorkflowQueryFailedError, WorkflowFailureError) as err:
+            raise OrchError(f"managed job {job_id} cannot be read: {err}") from None
+        return state
+
+    async def cancel(self, job_id: int) -> CancelOutcome:
+        handle = self._handle(job_id)
+        try:
+            description = await handle.describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise OrchError(f"no managed job {job_id}", NO_SUCH_JOB) from None
+            raise
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            return CancelOutcome(job_id=job_id, requested=False,
+                                 status=(await self.state(job_id)).status)
+        await handle.signal(CANCEL_SIGNAL)
+        return CancelOutcome(job_id=job_id, requested=True)
+
+    async def cancel_all(self) -> list[CancelOutcome]:
+        running = [j.id for j in await self.queue() if not j.status.is_terminal]
+        return [await self.cancel(job_id) for job_id in running]
+
+    # -- output ------------------------------------------------------------------------
+    async def logs(
+        self, job_id: int, follow: bool = True, on_line: Callable[[str], None] = print,
+        on_status: Callable[[ManagedJobState], None] | None = None,
+    ) -> ManagedJobState:
+        """Print the output of every task and attempt in order; with ``follow``, keep
+        going (through recoveries and the next tasks) until the job ends. Returns the
+        job's last state. ``on_status`` is told each change of status."""
+        shown: set[tuple[int, int]] = set()
+        seen: tuple[ManagedJobStatus, int] | None = None
+        while True:
+            state = await self.state(job_id)
+            if on_status is not None and (state.status, state.current_task) != seen:
+                seen = (state.status, state.current_task)
+                on_status(state)
+            several = len(state.runs) > 1 or state.current.attempt > 1
+            for run in state.runs[:state.current_task + 1]:
+                for attempt in range(1, run.attempt + 1):
+                    if (run.index, attempt) in shown:
+                        continue
+                    if several:
+                        on_line(f"[orch] task {run.index} ({run.name or '-'}), "
+                                f"attempt {attempt}")
+                    live = (run.index == state.current_task and attempt == run.attempt
+                            and run.stage == TaskStage.WATCH and run.cluster_up)
+                    complete, printed = (await self._stream_from_head(run, follow, on_line)
+                                         if live else (False, 0))
+                    if not complete:
+                        self._print_saved(state.job_id, run, attempt, on_line, skip=printed)
+                    shown.add((run.index, attempt))
+            if state.status.is_terminal or not follow:
+                return state
+            await asyncio.sleep(FOLLOW_POLL_S)
+
+    @staticmethod
+    async def _stream_from_head(run: TaskRun, follow: bool,
+                                on_line: Callable[[str], None]) -> tuple[bool, int]:
+        """Stream the attempt's log from its head: (whether it all came, lines shown)."""
+        head = run.info.head if run.info is not None else None
+        if head is None:
+            return False, 0
+        command = _head_logs_command(head, run.cluster_job_id, follow)
+        printed = 0
+
+        def counted(line: str) -> None:
+            nonlocal printed
+            printed += 1
+            on_line(line)
+
+        def stream() -> bool:
+            try:
+                with runner_for(head) as runner:
+                    return runner.run(command, on_line=counted).ok
+            except NodeUnreachableError:
+                return False
+
+        complete = await asyncio.to_thread(stream)
+        return complete, printed
+
+    @staticmethod
+    def _print_saved(job_id: int, run: TaskRun, attempt: int,
+                     on_line: Callable[[str], None], skip: int = 0) -> None:
+        """The worker's copy of an attempt's output, past the ``skip`` lines shown."""
+        path = attempt_log_path(orch_home(), job_id, run.index, attempt)
+        try:
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:
+            on_line(f"[orch] no copy of this attempt's output here ({path})")
+            return
+        for line in text.splitlines()[skip:]:
+            on_line(line)
