@@ -9,7 +9,10 @@ from rich.console import Console
 from rich.status import Status
 from rich.table import Table
 
+from orch.catalog.queries import AcceleratorOffer
+from orch.check import CloudCheck
 from orch.client import ClusterSummary
+from orch.failover_rules import HISTORY_HEADERS, Candidate, FailoverAttempt, history_rows
 from orch.runtime.jobs import JobRecord
 from orch.server import ServerState
 
@@ -98,3 +101,65 @@ def server_state(console: Console, state: ServerState, running: bool) -> None:
     table.add_row("Server pid", str(state.server_pid))
     table.add_row("Worker pid", str(state.worker_pid or "-"))
     console.print(table)
+
+
+def _table(console: Console, headers: list[str], rows: list[list[str]], title: str = "") -> None:
+    table = Table(show_edge=False, box=None, header_style="bold", title=title or None)
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def failover_table(console: Console, attempts: list[dict[str, Any]]) -> None:
+    """Every candidate tried, its error and the block rule applied."""
+    rows = history_rows([FailoverAttempt.model_validate(a) for a in attempts])
+    _table(console, HISTORY_HEADERS, rows, title="Failover attempts")
+
+
+def _zones(zones: list[str]) -> str:
+    shown = ", ".join(zones[:3]) or "-"
+    return shown + (f" (+{len(zones) - 3})" if len(zones) > 3 else "")
+
+
+def plan_json(candidates: list[Candidate], usable: dict[str, bool]) -> list[dict[str, Any]]:
+    return [{**c.model_dump(mode="json"), "usable": usable.get(c.cloud, False)}
+            for c in candidates]
+
+
+def plan_table(console: Console, candidates: list[Candidate], checks: list[CloudCheck],
+               num_nodes: int) -> None:
+    usable = {c.cloud: c.ok for c in checks}
+    rows = [
+        [c.cloud, c.region, _zones(c.zones), c.instance_type or "-",
+         c.accelerators_text() or "-", "yes" if c.use_spot else "no",
+         f"{c.price_per_hour:.2f}", "yes" if usable.get(c.cloud) else "no (orch check)"]
+        for c in candidates
+    ]
+    _table(console, ["CLOUD", "REGION", "ZONES", "INSTANCE TYPE", "ACCELERATORS", "SPOT",
+                     f"$/H ({num_nodes} NODE{'S' if num_nodes > 1 else ''})", "USABLE"],
+           rows, title="Candidates, cheapest first")
+    best = next((c for c in candidates if usable.get(c.cloud)), None)
+    if best is not None:
+        console.print(f"orch would launch on {best.cloud} {best.region}"
+                      f"{' ' + best.instance_type if best.instance_type else ''} "
+                      f"(${best.price_per_hour:.2f}/h), failing over down this list.")
+    else:
+        console.print("No candidate is usable from here: see orch check.")
+
+
+def checks_table(console: Console, checks: list[CloudCheck]) -> None:
+    _table(console, ["CLOUD", "ENABLED", "DETAILS"],
+           [[c.cloud, "[green]yes[/]" if c.ok else "[red]no[/]", c.reason] for c in checks])
+
+
+def accelerators_table(console: Console, offers: list[AcceleratorOffer]) -> None:
+    if not offers:
+        console.print("No such accelerator in the catalog.")
+        return
+    rows = [[o.accelerator, str(o.count), o.cloud, o.region, o.instance_type, f"{o.vcpus:g}",
+             f"{o.memory_gib:g}", f"{o.price:.2f}",
+             f"{o.spot_price:.2f}" if o.spot_price is not None else "-"] for o in offers]
+    _table(console, ["GPU", "COUNT", "CLOUD", "REGION", "INSTANCE TYPE", "VCPUS", "MEM (GB)",
+                     "$/H", "SPOT $/H"], rows)

@@ -88,11 +88,15 @@ class ClusterRecord(BaseModel):
     warnings: list[str] = Field(default_factory=list)  # e.g. leaked instances
     autostop: Autostop | None = None
     last_activity_at: datetime | None = None  # the autostop clock's start
+    autostop_check_after: datetime | None = None  # jobs were running: look again then
     last_refresh_at: datetime | None = None
 
     @property
     def autostop_at(self) -> datetime | None:
-        return autostop_deadline(self.autostop, self.last_activity_at)
+        deadline = autostop_deadline(self.autostop, self.last_activity_at)
+        if deadline is None or self.autostop_check_after is None:
+            return deadline
+        return max(deadline, self.autostop_check_after)
 
     def autostop_summary(self) -> str:
         if self.autostop is None:

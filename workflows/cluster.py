@@ -74,6 +74,8 @@ with workflow.unsafe.imports_passed_through():
 
 DEFAULT_CPUS_PER_NODE = 0.5  # a job's bundle when the task names no CPUs
 REFRESH_EVERY = timedelta(minutes=10)
+AUTOSTOP_RECHECK = timedelta(seconds=30)  # while jobs run, how often to look again
+MIN_TIMER = timedelta(seconds=1)
 MAX_EVENTS = 100
 
 
@@ -118,7 +120,7 @@ class ClusterWorkflow:
         self._publish()
         while True:
             wake_at = self._next_wakeup()
-            timeout = None if wake_at is None else max(wake_at - workflow.now(), timedelta(0))
+            timeout = None if wake_at is None else max(wake_at - workflow.now(), MIN_TIMER)
             self.schedule_changed = False
             try:
                 await workflow.wait_condition(
@@ -157,7 +159,8 @@ class ClusterWorkflow:
         """A timer fired: autostop if idle long enough, refresh if due. An operation in
         progress wins: it restarts the idle clock, and a refresh must not race it."""
         if self.lock.locked():
-            self._touch()
+            # The operation restarts the idle clock when it ends; look again after it.
+            await workflow.wait_condition(lambda: not self.lock.locked())
             return
         async with self.lock:
             autostop_at = self.state.autostop_at
@@ -415,8 +418,10 @@ class ClusterWorkflow:
             return
         previous = self.state.last_activity_at or workflow.now()
         reported = jobs.last_activity_at
+        self.state.autostop_check_after = None
         if jobs.active:
             self.state.last_activity_at = workflow.now()
+            self.state.autostop_check_after = workflow.now() + AUTOSTOP_RECHECK
         elif reported is not None and reported > previous:
             self.state.last_activity_at = reported
         else:

@@ -73,6 +73,7 @@ from orch.status import ClusterStatus
 CONNECT_TIMEOUT_S = 60
 PROGRESS_POLL_S = 0.5
 INVALID_RESOURCES = "InvalidResources"  # an OrchError kind: the user's request, not a failure
+SERVER_ERRORS = (RPCError,)  # what the Temporal server may answer instead of a result
 
 
 class OrchError(Exception):

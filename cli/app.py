@@ -1,0 +1,57 @@
+"""The typer app, its consoles, and the one place user errors become exit codes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+
+import typer
+from rich.console import Console
+
+from cli import display
+from orch.client import INVALID_RESOURCES, SERVER_ERRORS, Client, OrchError
+from orch.server import ControlPlaneError
+
+app = typer.Typer(
+    name="orch",
+    help="Launch clusters, run jobs on them, tear them down: durably, on Temporal.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+T = TypeVar("T")
+
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Skip confirmation.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err_console.print(f"[bold red]Error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def run(coro_fn: Callable[[Client], Awaitable[T]]) -> T:
+    """Connect (starting the embedded control plane if needed), run, and turn every user
+    error into a message and an exit code, never a traceback."""
+
+    async def main() -> T:
+        client = await Client.connect()
+        async with client:
+            return await coro_fn(client)
+
+    try:
+        return asyncio.run(main())
+    except OrchError as err:
+        attempts = err.details.get("attempts")
+        if attempts:
+            display.failover_table(err_console, attempts)
+        raise fail(str(err), code=2 if err.kind == INVALID_RESOURCES else 1) from None
+    except ControlPlaneError as err:
+        raise fail(f"the control plane is not available: {err}") from None
+    except SERVER_ERRORS as err:
+        raise fail(f"the Temporal server refused the request: {err}") from None
+    except KeyboardInterrupt:
+        err_console.print("Interrupted. Operations already submitted go on in the background.")
+        raise typer.Exit(130) from None

@@ -1,0 +1,32 @@
+"""``orch check`` and ``orch show-gpus``: credentials and the catalog (no server needed)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from cli import display
+from cli.app import AsJson, app, console
+from orch.catalog.queries import list_accelerators
+from orch.check import check_clouds
+
+
+@app.command()
+def check() -> None:
+    """Which clouds have working credentials on this machine, and why not."""
+    display.checks_table(console, check_clouds())
+
+
+@app.command("show-gpus")
+def show_gpus(
+    name: Annotated[str | None, typer.Argument(help="e.g. A100 or A100:8.")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """GPUs in the catalog: clouds, regions, instance types, $/h on-demand and spot."""
+    offers = list_accelerators(name)
+    if as_json:
+        print(json.dumps([o.model_dump(mode="json") for o in offers]))
+    else:
+        display.accelerators_table(console, offers)

@@ -1,0 +1,253 @@
+"""Commands on clusters and their jobs: launch, exec, status, queue, logs, cancel, down."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from cli import display
+from cli.app import AsJson, Yes, app, console, fail, run
+from cli.tasks import overrides_from_flags, task_from_args
+from orch.check import check_clouds
+from orch.client import Client, ClusterSummary, OrchError
+from orch.lifecycle import Autostop
+from orch.optimizer import OptimizerError, plan
+from orch.runtime.jobs import JobRecord
+from orch.spec import SpecError, Task
+from orch.status import ClusterStatus, JobStatus
+
+# Options shared by launch and exec (they override the task YAML).
+Cloud = Annotated[str | None, typer.Option("--cloud", help="local, aws, gcp or azure.")]
+Region = Annotated[str | None, typer.Option("--region")]
+Zone = Annotated[str | None, typer.Option("--zone")]
+InstanceType = Annotated[str | None, typer.Option("--instance-type", "-t")]
+Cpus = Annotated[str | None, typer.Option("--cpus", help="e.g. 4 or 4+.")]
+Memory = Annotated[str | None, typer.Option("--memory", help="GB, e.g. 16 or 16+.")]
+Gpus = Annotated[str | None, typer.Option("--gpus", help="e.g. A100:8.")]
+NumNodes = Annotated[int | None, typer.Option("--num-nodes", min=1)]
+UseSpot = Annotated[bool | None, typer.Option("--use-spot/--no-use-spot")]
+Env = Annotated[list[str] | None, typer.Option("--env", help="K=V (or K: taken from your env).")]
+Workdir = Annotated[str | None, typer.Option("--workdir")]
+Detach = Annotated[bool, typer.Option("--detach-run", "-d", help="Do not follow the output.")]
+
+
+def parse_task(entrypoint: str | None, **flags: Any):
+    try:
+        return task_from_args(entrypoint, overrides_from_flags(**flags))
+    except SpecError as err:
+        raise fail(str(err), code=2) from None
+
+
+async def follow_job(client: Client, cluster: str, job_id: int) -> JobRecord:
+    record = await client.logs(cluster, job_id, follow=True,
+                               on_line=lambda line: console.print(line, markup=False,
+                                                                   highlight=False))
+    return record
+
+
+def exit_for(record: JobRecord, cluster: str) -> None:
+    style = "green" if record.status == JobStatus.SUCCEEDED else "red"
+    console.print(f"Job {record.id} on {cluster}: [{style}]{record.status}[/]")
+    if record.status != JobStatus.SUCCEEDED:
+        raise typer.Exit(1)
+
+
+@app.command()
+def launch(
+    entrypoint: Annotated[str | None, typer.Argument(help="Task YAML, or a command.")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", "-c")] = None,
+    cloud: Cloud = None, region: Region = None, zone: Zone = None,
+    instance_type: InstanceType = None, cpus: Cpus = None, memory: Memory = None,
+    gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
+    env: Env = None, workdir: Workdir = None, detach_run: Detach = False,
+    name: Annotated[str | None, typer.Option("--name", "-n", help="The task's name.")] = None,
+    dryrun: Annotated[bool, typer.Option(
+        "--dryrun", help="Show the plan (candidates, cheapest first) and launch nothing.")] = False,
+    as_json: AsJson = False,
+    retry_until_up: Annotated[bool, typer.Option(
+        "--retry-until-up", help="When nothing has capacity, keep trying in rounds.")] = False,
+    idle_minutes: Annotated[int | None, typer.Option(
+        "--idle-minutes-to-autostop", "-i", min=0, help="Autostop after idle minutes.")] = None,
+    down: Annotated[bool, typer.Option(
+        "--down", help="With -i: tear down instead of stopping.")] = False,
+    yes: Yes = False,
+) -> None:
+    """Launch a cluster (or reuse an UP one) and run a task on it."""
+    task = parse_task(entrypoint, name=name, cloud=cloud, region=region, zone=zone,
+                      instance_type=instance_type, cpus=cpus, memory=memory, gpus=gpus,
+                      num_nodes=num_nodes, use_spot=use_spot, env=env, workdir=workdir)
+    if dryrun:
+        show_plan(task, as_json)
+        return
+    autostop = None
+    if idle_minutes is not None or down:
+        autostop = Autostop(idle_minutes=idle_minutes or 0, down=down)
+    if not yes and sys.stdin.isatty():
+        where = f"cluster {cluster}" if cluster else "a new cluster"
+        typer.confirm(f"Launch {task.num_nodes} node(s) on {where}?", default=True, abort=True)
+
+    async def go(client: Client) -> tuple[str, int | None]:
+        with display.Progress(console, f"Launching {cluster or 'a new cluster'}") as progress:
+            result = await client.launch(task, cluster, on_step=progress.step,
+                                         retry_until_up=retry_until_up, autostop=autostop)
+        name_ = result.record.name
+        verb = "launched" if result.provisioned else "reused"
+        console.print(f"Cluster [bold]{name_}[/] {verb}: {result.record.task_resources}")
+        if result.job_id is None:
+            return name_, None
+        console.print(f"Job {result.job_id} submitted.")
+        if detach_run:
+            console.print(f"Follow it with: orch logs {name_} {result.job_id}")
+            return name_, None
+        exit_for(await follow_job(client, name_, result.job_id), name_)
+        return name_, result.job_id
+
+    run(go)
+
+
+@app.command("exec")
+def exec_(
+    cluster: Annotated[str, typer.Argument(help="An UP cluster.")],
+    entrypoint: Annotated[str | None, typer.Argument(help="Task YAML, or a command.")] = None,
+    cloud: Cloud = None, region: Region = None, zone: Zone = None,
+    instance_type: InstanceType = None, cpus: Cpus = None, memory: Memory = None,
+    gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
+    env: Env = None, workdir: Workdir = None, detach_run: Detach = False,
+    name: Annotated[str | None, typer.Option("--name", "-n")] = None,
+) -> None:
+    """Run a task on an UP cluster (no provisioning, no setup)."""
+    task = parse_task(entrypoint, name=name, cloud=cloud, region=region, zone=zone,
+                      instance_type=instance_type, cpus=cpus, memory=memory, gpus=gpus,
+                      num_nodes=num_nodes, use_spot=use_spot, env=env, workdir=workdir)
+
+    async def go(client: Client) -> None:
+        job_id = await client.exec(cluster, task)
+        console.print(f"Job {job_id} submitted to {cluster}.")
+        if not detach_run:
+            exit_for(await follow_job(client, cluster, job_id), cluster)
+
+    run(go)
+
+
+def show_plan(task: Task, as_json: bool) -> None:
+    """The optimizer's candidates over every cloud in the catalog, marked usable or not."""
+    try:
+        candidates = plan(task)
+    except OptimizerError as err:
+        raise fail(str(err), code=2) from None
+    checks = check_clouds(tuple(sorted({c.cloud for c in candidates})))
+    if as_json:
+        print(json.dumps(display.plan_json(candidates, {c.cloud: c.ok for c in checks})))
+    else:
+        display.plan_table(console, candidates, checks, task.num_nodes)
+
+
+@app.command()
+def status(
+    as_json: AsJson = False,
+    refresh: Annotated[bool, typer.Option(
+        "--refresh", "-r", help="Check every cluster against its cloud first.")] = False,
+) -> None:
+    """List the clusters."""
+
+    async def go(client: Client) -> list[ClusterSummary]:
+        clusters = await client.status(refresh=refresh)
+        for name, record in client.refreshed.items():
+            if record.status == ClusterStatus.TERMINATED:
+                console.print(f"Cluster {name} removed: {record.status_reason}", highlight=False)
+            elif record.status_reason:
+                console.print(f"Cluster {name} is {record.status}: {record.status_reason}",
+                              highlight=False)
+            for warning in record.warnings:
+                console.print(f"[yellow]Warning:[/] {name}: {warning}", highlight=False)
+        return clusters
+
+    clusters = run(go)
+    if as_json:
+        print(json.dumps([c.model_dump(mode="json") for c in clusters]))
+    else:
+        display.clusters_table(console, clusters)
+
+
+@app.command()
+def queue(cluster: str, as_json: AsJson = False) -> None:
+    """List the jobs of a cluster."""
+    jobs = run(lambda client: client.queue(cluster))
+    if as_json:
+        print(json.dumps([display.job_json(j) for j in jobs]))
+    else:
+        display.jobs_table(console, cluster, jobs)
+
+
+@app.command()
+def logs(
+    cluster: str,
+    job_id: Annotated[int | None, typer.Argument(help="Default: the latest job.")] = None,
+    no_follow: Annotated[bool, typer.Option("--no-follow", help="Print what is there.")] = False,
+) -> None:
+    """Print a job's output; follow it until the job ends."""
+
+    async def go(client: Client) -> JobRecord:
+        wanted = job_id
+        if wanted is None:
+            jobs = await client.queue(cluster)
+            if not jobs:
+                raise OrchError(f"cluster {cluster} has no jobs yet")
+            wanted = jobs[-1].id
+        return await client.logs(cluster, wanted, follow=not no_follow,
+                                 on_line=lambda line: console.print(line, markup=False,
+                                                                     highlight=False))
+
+    record = run(go)
+    if not no_follow and record.status != JobStatus.SUCCEEDED:
+        raise typer.Exit(1)
+
+
+@app.command()
+def cancel(
+    cluster: str,
+    job_ids: Annotated[list[int] | None, typer.Argument(help="Job ids.")] = None,
+    all_jobs: Annotated[bool, typer.Option("--all", "-a", help="Every unfinished job.")] = False,
+    yes: Yes = False,
+) -> None:
+    """Cancel jobs on a cluster."""
+    if not job_ids and not all_jobs:
+        raise fail("name the jobs to cancel, or pass --all", code=2)
+    if not yes:
+        what = "all jobs" if all_jobs else "job(s) " + ", ".join(map(str, job_ids or []))
+        typer.confirm(f"Cancel {what} on {cluster}?", abort=True)
+    cancelled = run(lambda client: client.cancel(cluster, job_ids, all_jobs))
+    for job in cancelled:
+        console.print(f"Job {job.id}: {job.status}")
+    if not cancelled:
+        console.print("No job to cancel.")
+
+
+@app.command()
+def down(
+    clusters: Annotated[list[str], typer.Argument(help="Cluster names.")],
+    purge: Annotated[bool, typer.Option(
+        "--purge", help="Forget the cluster even if its cloud calls keep failing.")] = False,
+    yes: Yes = False,
+) -> None:
+    """Tear clusters down: stop Ray, terminate the instances, confirm they are gone."""
+    if not yes:
+        typer.confirm(f"Tear down {', '.join(clusters)}? Their data will be lost.", abort=True)
+
+    async def go(client: Client) -> None:
+        for name in clusters:
+            with display.Progress(console, f"Tearing down {name}"):
+                result = await client.down(name, purge=purge)
+            if result is None:
+                console.print(f"Cluster {name} does not exist: nothing to do.")
+                continue
+            for warning in result.warnings:
+                console.print(f"[yellow]Warning:[/] {warning}", highlight=False)
+            console.print(result.message, highlight=False)
+
+    run(go)
+
+

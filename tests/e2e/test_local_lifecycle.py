@@ -1,0 +1,59 @@
+"""Stop, start, refresh and autostop on the local cloud, end to end."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from orch.runtime.local_processes import kill_marked, marked_pids
+from tests.e2e.conftest import Orch
+from tests.e2e.test_local_cluster import cluster_status, node_homes, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def test_stop_keeps_the_disks_and_start_brings_ray_back(orch: Orch) -> None:
+    orch("launch", "-c", "life", "--num-nodes", "2", "--workdir", "examples/hello_workdir",
+         "echo kept > kept.txt")
+    homes = node_homes(orch, "life")
+
+    orch("stop", "-y", "life")
+    assert wait_for(lambda: (cluster_status(orch, "life") or {}).get("status") == "STOPPED",
+                    what="STOPPED in status")
+    assert all(marked_pids(h) == [] for h in homes)  # no process left on any node
+    refused = orch("exec", "life", "echo no", check=False)
+    assert refused.returncode == 1 and "not UP" in refused.stderr
+
+    orch("start", "-y", "life")
+    assert all(marked_pids(h) for h in homes)  # Ray again on every node
+    result = orch("exec", "life", "--num-nodes", "2", "cat kept.txt")
+    assert result.stdout.count("kept") == 2
+    orch("down", "-y", "life")
+    assert node_homes(orch, "life") == []
+
+
+def test_refresh_tells_the_truth_after_changes_behind_orchs_back(orch: Orch) -> None:
+    orch("launch", "-c", "truth", "--num-nodes", "2", "echo up")
+    head, worker = node_homes(orch, "truth")
+
+    # A worker "preempted": its processes killed and its machine gone.
+    kill_marked(worker)
+    shutil.rmtree(worker)
+    refreshed = orch("status", "--refresh")
+    assert "truth is INIT" in refreshed.stdout and "missing" in refreshed.stdout
+
+    kill_marked(head)
+    shutil.rmtree(head)
+    gone = orch("status", "--refresh")
+    assert "truth removed" in gone.stdout and "preempted" in gone.stdout
+    assert cluster_status(orch, "truth") is None
+
+
+def test_autodown_after_the_job_ends(orch: Orch) -> None:
+    orch("launch", "-c", "brief", "-i", "0", "--down", "sleep 3; echo done")
+    summary = cluster_status(orch, "brief")
+    assert summary is None or summary["status"] == "UP"
+    wait_for(lambda: cluster_status(orch, "brief") is None, timeout=120,
+             what="autodown of brief")
+    assert node_homes(orch, "brief") == []
