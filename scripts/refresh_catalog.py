@@ -33,10 +33,19 @@ HEADER = [
 Row = dict[str, str]
 
 AWS_INSTANCE_TYPES = {
-    "c7i-flex.large", "c7i-flex.xlarge", "c8i.2xlarge", "c7i.12xlarge", "c8i.16xlarge",
+    # General purpose, compute and memory optimised (c5 has no 8xlarge; 9xlarge stands in).
+    *(f"{family}.{size}" for family in ("m5", "m6i", "m7i", "c6i", "c7i", "r5", "r6i")
+      for size in ("large", "xlarge", "2xlarge", "4xlarge", "8xlarge")),
+    *(f"c5.{size}" for size in ("large", "xlarge", "2xlarge", "4xlarge", "9xlarge")),
+    *(f"t3.{size}" for size in ("medium", "large", "xlarge", "2xlarge")),
+    "c7i-flex.large", "c7i-flex.xlarge", "c7i.12xlarge", "c8i.2xlarge", "c8i.16xlarge",
     "c8i.24xlarge", "m6id.large", "m6id.4xlarge", "m6id.8xlarge", "m8i-flex.12xlarge",
-    "g4dn.2xlarge", "g5.4xlarge", "g5.48xlarge", "p3dn.24xlarge", "p4d.24xlarge",
-    "p4de.24xlarge", "p5.4xlarge", "p5.48xlarge", "p5en.48xlarge",
+    # GPUs: T4, A10G, L4, V100, A100, H100, H200.
+    *(f"g4dn.{size}" for size in ("xlarge", "2xlarge", "4xlarge", "12xlarge")),
+    *(f"g5.{size}" for size in ("xlarge", "2xlarge", "4xlarge", "12xlarge", "48xlarge")),
+    *(f"g6.{size}" for size in ("xlarge", "2xlarge", "12xlarge")),
+    "p3.2xlarge", "p3.8xlarge", "p3.16xlarge", "p3dn.24xlarge", "p4d.24xlarge",
+    "p4de.24xlarge", "p5.4xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
 }
 AWS_ZONE_NAMES = {
     "use1-az6": "us-east-1a", "use1-az1": "us-east-1b", "use1-az2": "us-east-1c",

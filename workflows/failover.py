@@ -118,9 +118,12 @@ class FailoverWorkflow:
                 return None
             if not candidates:
                 return None
+            tried = len(self.history)
             output = await self._try_candidate(request, candidates[0])
             if output is not None:
                 return output
+            if len(self.history) == tried:
+                return None  # every zone of the best candidate was already blocked
 
     async def _try_candidate(
         self, request: FailoverInput, candidate: Candidate

@@ -327,8 +327,8 @@ def test_an_accelerator_count_nobody_offers_says_why():
 
 
 def test_one_cloud_lacking_a_gpu_is_named():
-    with pytest.raises(InfeasibleResourcesError, match="aws does not offer L4"):
-        plan(task(cloud="aws", accelerators="L4"), host=SMALL_HOST)
+    with pytest.raises(InfeasibleResourcesError, match="aws does not offer A10"):
+        plan(task(cloud="aws", accelerators="A10"), host=SMALL_HOST)
 
 
 def test_a_disabled_cloud_is_not_used_even_when_named():
@@ -363,12 +363,12 @@ def test_sizes_nobody_offers_are_explained_per_cloud():
 
 def test_each_failed_alternative_is_listed_when_none_works():
     with pytest.raises(InfeasibleResourcesError) as err:
-        plan(task(any_of=[{"accelerators": "A100:3"}, {"cloud": "aws", "accelerators": "L4"}]),
+        plan(task(any_of=[{"accelerators": "A100:3"}, {"cloud": "aws", "accelerators": "A10"}]),
              host=SMALL_HOST)
     lines = str(err.value).splitlines()
     assert lines[0] == "No resources satisfy any of the alternatives:"
     assert lines[1].startswith("  A100:3: the local cloud has no GPUs; no enabled cloud offers")
-    assert lines[2] == "  L4:1, cloud aws: aws does not offer L4"
+    assert lines[2] == "  A10:1, cloud aws: aws does not offer A10"
 
 
 def test_a_disabled_alternative_does_not_hide_the_others():

@@ -67,6 +67,12 @@ class ClusterTestbed:
                     await handle.terminate("test over")
 
 
+def provision_error(kind: str, code: str, scope: str) -> ApplicationError:
+    """What activities/errors.py raises for a provider's typed error."""
+    return ApplicationError(f"{code} (scripted)", {"code": code, "scope": scope}, type=kind,
+                            non_retryable=True)
+
+
 @asynccontextmanager
 async def fake_cloud_worker(
     env: WorkflowEnvironment, cloud: FakeCloud, testbed: ClusterTestbed | None = None
@@ -89,12 +95,16 @@ async def fake_cloud_worker(
 
 class FakeCloud:
     def __init__(self, candidates: list[Candidate] | None = None) -> None:
-        self.candidates = candidates or [Candidate(cloud="local", region="local")]
+        self.candidates = list(candidates or [Candidate(cloud="local", region="local")])
         self.instances: dict[str, dict[str, InstanceStatus]] = defaultdict(dict)
         self.calls: list[str] = []
         self.failures: dict[str, list[ApplicationError]] = defaultdict(list)
         self.submitted: list[int] = []
         self.gates: dict[str, asyncio.Event] = {}
+        self.no_capacity: set[str] = set()  # zones
+        self.no_quota: set[str] = set()  # regions
+        self.no_auth: set[str] = set()  # clouds
+        self.placements: list[tuple[str, str, str | None]] = []  # successful provisions
         self.ray_is_healthy = True
         self.jobs = JobsActivity(active=False)  # what the head's job table says (autostop)
 
@@ -125,22 +135,41 @@ class FakeCloud:
     def activities(self) -> list:
         @activity.defn(name="plan_candidates")
         async def plan_candidates(request: PlanRequest) -> list[Candidate]:
+            """Like the optimizer: blocked zones are dropped, and so is a candidate whose
+            zones are all blocked."""
             await self._enter("plan_candidates")
-            return [c for c in self.candidates
-                    if not request.blocklist.blocks(c.cloud, c.region, None, c.instance_type,
-                                                    c.use_spot)]
+            blocks = request.blocklist.blocks
+            planned = []
+            for c in self.candidates:
+                if blocks(c.cloud, c.region, None, c.instance_type, c.use_spot):
+                    continue
+                zones = [z for z in c.zones
+                         if not blocks(c.cloud, c.region, z, c.instance_type, c.use_spot)]
+                if c.zones and not zones:
+                    continue
+                planned.append(c.model_copy(update={"zones": zones}))
+            return planned
 
         @activity.defn(name="check_quota")
         async def check_quota(request: ProvisionRequest) -> None:
             await self._enter("check_quota")
+            if request.cloud in self.no_auth:
+                raise provision_error("AuthError", "AuthFailure", "cloud")
+            if request.config.region in self.no_quota:
+                raise provision_error("QuotaError", "VcpuLimitExceeded", "region")
 
         @activity.defn(name="run_instances")
         async def run_instances(request: ProvisionRequest) -> ProvisionRecord:
             await self._enter("run_instances")
             config = request.config
             nodes = self.instances[config.cluster_name]
+            if config.zone in self.no_capacity:
+                # The head comes up, the workers do not: a partial cluster to clean up.
+                nodes[f"{config.cluster_name}-0"] = InstanceStatus.RUNNING
+                raise provision_error("CapacityError", "InsufficientInstanceCapacity", "zone")
             for index in range(config.num_nodes):  # resumes stopped ones, creates the rest
                 nodes[f"{config.cluster_name}-{index}"] = InstanceStatus.RUNNING
+            self.placements.append((request.cloud, config.region, config.zone))
             return ProvisionRecord(
                 cloud=request.cloud, cluster_name=config.cluster_name, region=config.region,
                 head_instance_id=f"{config.cluster_name}-0",
