@@ -28,6 +28,7 @@ from orch.runtime.jobs import WORKDIR, JobRecord, JobSpec
 from orch.runtime.runner import CommandError, NodeUnreachableError, runner_for
 
 T = TypeVar("T")
+UNREACHABLE_AFTER_S = 10.0  # for best-effort steps on nodes that may be gone
 
 
 def on_every_node(nodes: list[NodeInfo], fn: Callable[[int, NodeInfo], T]) -> list[T]:
@@ -217,7 +218,7 @@ def ray_healthy(request: HealthRequest) -> bool:
     def check(rank: int, node: NodeInfo) -> bool:
         args = f"health --ip {node.internal_ip} --gcs-address {request.gcs_address}"
         try:
-            with runner_for(node) as runner:
+            with runner_for(node, connect_deadline=UNREACHABLE_AFTER_S) as runner:
                 return runner.run(_node_cli(node, "ray_node", args), timeout=60).ok
         except NodeUnreachableError:
             return False
@@ -245,14 +246,18 @@ def jobs_activity(request: NodesRequest) -> JobsActivity:
 
 @activity.defn
 @typed_errors
-def stop_ray(request: NodesRequest) -> None:
-    """Stop Ray on every node that answers; best effort (a node that is gone is fine)."""
+def stop_ray(request: NodesRequest) -> list[str]:
+    """Stop Ray on every node that answers; best effort. Returns what could not be done
+    (a node that is gone is not an error)."""
 
-    def stop(rank: int, node: NodeInfo) -> None:
+    def stop(rank: int, node: NodeInfo) -> str | None:
         try:
-            with runner_for(node) as runner:
-                runner.run(_node_cli(node, "ray_node", "stop"), timeout=request.timeout_s)
-        except NodeUnreachableError:
-            activity.logger.info("node %s unreachable: Ray not stopped", node.instance_id)
+            # Quick to give up: a head that is gone must not hold the teardown up.
+            with runner_for(node, connect_deadline=UNREACHABLE_AFTER_S) as runner:
+                result = runner.run(_node_cli(node, "ray_node", "stop"),
+                                    timeout=request.timeout_s)
+        except NodeUnreachableError as exc:
+            return f"ray stop skipped on {node.instance_id}: unreachable ({exc})"
+        return None if result.ok else f"ray stop failed on {node.instance_id}: {result.tail}"
 
-    on_every_node(request.info.nodes, stop)
+    return [problem for problem in on_every_node(request.info.nodes, stop) if problem]

@@ -69,11 +69,14 @@ def clusters_table(console: Console, clusters: list[ClusterSummary]) -> None:
         console.print("No clusters.")
         return
     table = Table(show_edge=False, box=None, header_style="bold")
-    for column in ("NAME", "STATUS", "CLOUD", "REGION", "RESOURCES", "LAUNCHED", "MANAGED JOB"):
+    columns = ["NAME", "STATUS", "CLOUD", "REGION", "RESOURCES", "LAUNCHED", "AUTOSTOP"]
+    with_jobs = any(c.job_id for c in clusters)
+    for column in columns + (["MANAGED JOB"] if with_jobs else []):
         table.add_column(column)
     for c in clusters:
-        table.add_row(c.name, c.status, c.cloud or "-", c.region or "-", c.resources or "-",
-                      ago(c.launched_at), c.job_id or "-")
+        row = [c.name, c.status, c.cloud or "-", c.region or "-", c.resources or "-",
+               ago(c.launched_at), c.autostop or "-"]
+        table.add_row(*row, *([c.job_id or "-"] if with_jobs else []))
     console.print(table)
 
 

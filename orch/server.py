@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from orch.config import orch_home, venv_binary
 from orch.records import SEARCH_ATTRIBUTES
+from orch.runtime.procfs import alive
 
 START_TIMEOUT_S = 90
 
@@ -48,19 +49,6 @@ class ServerState(BaseModel):
         return f"http://127.0.0.1:{self.ui_port}"
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (ProcessLookupError, FileNotFoundError):
-        return False
-    except PermissionError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _port_open(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
@@ -83,14 +71,14 @@ def _free_port() -> int:
 
 
 def _terminate(pid: int | None, grace_s: float = 10.0) -> None:
-    if not _alive(pid):
+    if not alive(pid):
         return
     assert pid is not None
     os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if _alive(pid):
+    if alive(pid):
         os.killpg(pid, signal.SIGKILL)
 
 
@@ -120,7 +108,7 @@ class ControlPlane:
             yield
 
     def server_running(self, state: ServerState | None) -> bool:
-        return state is not None and _alive(state.server_pid) and _port_open(state.port)
+        return state is not None and alive(state.server_pid) and _port_open(state.port)
 
     def ensure(self) -> ServerState:
         """Start whatever part of the control plane is not running; return its state."""
@@ -131,7 +119,7 @@ class ControlPlane:
                     _terminate(state.worker_pid)  # a worker without its server is stale
                 state = self._start_server(state)
             assert state is not None
-            if not _alive(state.worker_pid):
+            if not alive(state.worker_pid):
                 state = state.model_copy(update={"worker_pid": self._start_worker(state)})
                 self._save(state)
             return state

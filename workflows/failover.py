@@ -180,7 +180,14 @@ class FailoverWorkflow:
                 blocked = attempt.block.describe() if attempt.block else "nothing (retry)"
                 await self._report(request, f"{where}: {kind} {attempt.code} "
                                             f"({attempt.message[:120]}); blocked {blocked}")
-                await self._remove_partial(instances, request.was_up)
+                try:
+                    await self._remove_partial(instances, request.was_up)
+                except ActivityError:
+                    if scope != BlockScope.CLOUD:
+                        raise  # a partial cluster we cannot remove: stop here, say so
+                    # The cloud rejects us altogether (credentials): nothing was created
+                    # by calls it refused, and nothing can be cleaned with it.
+                    await self._report(request, f"{where}: no cleanup possible ({kind})")
                 self.blocklist = self.blocklist.add(attempt.block)
                 if scope in (BlockScope.REGION, BlockScope.CLOUD):
                     return None

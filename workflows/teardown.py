@@ -36,10 +36,10 @@ class TeardownWorkflow:
             return TeardownResult(
                 message=f"Cluster {name} was never provisioned: nothing to tear down."
             )
-        warnings = []
+        warnings: list[str] = []
         if request.info is not None and request.info.nodes:
             try:
-                await workflow.execute_activity(
+                warnings += await workflow.execute_activity(
                     stop_ray, NodesRequest(info=request.info, timeout_s=60), **BEST_EFFORT
                 )
             except ActivityError as err:

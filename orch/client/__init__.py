@@ -45,6 +45,7 @@ from orch.optimizer import OptimizerError, plan
 from orch.records import (
     CLUSTER_WORKFLOW,
     MANAGED_JOB_WORKFLOW,
+    SA_AUTOSTOP,
     SA_CLOUD,
     SA_CLUSTER,
     SA_CLUSTER_STATUS,
@@ -95,6 +96,7 @@ class ClusterSummary(BaseModel):
     resources: str
     launched_at: datetime | None = None
     job_id: str | None = None  # set for a managed job's cluster
+    autostop: str = ""  # e.g. "down after 30 min idle, at 2026-11-29 17:30 UTC"
 
 
 async def connect_temporal(settings: TemporalSettings) -> TemporalClient:
@@ -360,6 +362,7 @@ class Client:
                 resources=attrs.get(SearchAttributeKey.for_keyword(SA_RESOURCES)) or "",
                 launched_at=execution.start_time,
                 job_id=attrs.get(SearchAttributeKey.for_keyword(SA_JOB_ID)),
+                autostop=attrs.get(SearchAttributeKey.for_keyword(SA_AUTOSTOP)) or "",
             ))
         return sorted(summaries, key=lambda s: s.name)
 

@@ -9,6 +9,7 @@ workflows only ever see job ids and statuses.
 from __future__ import annotations
 
 import argparse
+import base64
 import fcntl
 import json
 import os
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from orch.runtime.procfs import alive
 from orch.status import JobStatus
 
 JOBS_DIR = Path("~/.orch-node/jobs").expanduser()
@@ -107,25 +109,9 @@ def update(job_id: int, **changes: object) -> JobRecord | None:
         return record
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped) is not alive.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def refreshed(record: JobRecord) -> JobRecord:
     """A job whose driver died without recording its end is FAILED_DRIVER."""
-    if record.status.is_terminal or record.driver_pid is None or _alive(record.driver_pid):
+    if record.status.is_terminal or record.driver_pid is None or alive(record.driver_pid):
         return record
     changed = update(record.id, status=JobStatus.FAILED_DRIVER, ended_at=now(),
                      message="the job's driver process exited without recording a result")
@@ -179,14 +165,14 @@ def cancel(job_id: int) -> JobRecord | None:
     record = read(job_id)
     if record is None or record.status.is_terminal:
         return record
-    if _alive(record.driver_pid):
+    if alive(record.driver_pid):
         assert record.driver_pid is not None
         # The driver cancels its Ray tasks, which kill the user's processes.
         os.killpg(record.driver_pid, signal.SIGTERM)
         deadline = time.monotonic() + 15
-        while _alive(record.driver_pid) and time.monotonic() < deadline:
+        while alive(record.driver_pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _alive(record.driver_pid):
+        if alive(record.driver_pid):
             os.killpg(record.driver_pid, signal.SIGKILL)
     return update(job_id, status=JobStatus.CANCELLED, ended_at=now()) or read(job_id)
 
@@ -217,6 +203,40 @@ def follow(job_id: int, follow_until_end: bool) -> JobRecord | None:
         time.sleep(FOLLOW_POLL_S)
 
 
+class JobPoll(BaseModel):
+    """One read of a job for a watcher: its record and the next piece of its log."""
+
+    record: JobRecord | None
+    offset: int  # where the next read starts (bytes into run.log)
+    chunk_b64: str = ""  # the log bytes read, base64 (exact bytes, whatever the encoding)
+    eof: bool = True  # the chunk reaches the end of what the log holds now
+
+    @property
+    def chunk(self) -> bytes:
+        return base64.b64decode(self.chunk_b64)
+
+
+POLL_MAX_BYTES = 1 << 20
+
+
+def poll(job_id: int, offset: int, max_bytes: int = POLL_MAX_BYTES) -> JobPoll:
+    """The job's record, then its log from ``offset``: read in this order, a log read
+    after a terminal record is complete."""
+    record = read(job_id)
+    if record is not None:
+        record = refreshed(record)
+    try:
+        with open(job_dir(job_id) / "run.log", "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(offset)
+            chunk = handle.read(max_bytes)
+    except FileNotFoundError:
+        size, chunk = 0, b""
+    end = offset + len(chunk)
+    return JobPoll(record=record, offset=end, chunk_b64=base64.b64encode(chunk).decode(),
+                   eof=end >= size)
+
+
 def _print_json(value: object) -> None:
     print(json.dumps(value, default=str))
 
@@ -233,6 +253,10 @@ def main(argv: list[str] | None = None) -> None:
     logs = sub.add_parser("logs")
     logs.add_argument("id", type=int)
     logs.add_argument("--follow", action="store_true")
+    poll_parser = sub.add_parser("poll")
+    poll_parser.add_argument("id", type=int)
+    poll_parser.add_argument("--offset", type=int, default=0)
+    poll_parser.add_argument("--max-bytes", type=int, default=POLL_MAX_BYTES)
     cancel_parser = sub.add_parser("cancel")
     cancel_parser.add_argument("ids", type=int, nargs="*")
     cancel_parser.add_argument("--all", action="store_true")
@@ -250,6 +274,8 @@ def main(argv: list[str] | None = None) -> None:
         record = follow(args.id, args.follow)
         if record is None:
             raise SystemExit(f"no job {args.id} on this cluster")
+    elif args.command == "poll":
+        print(poll(args.id, args.offset, args.max_bytes).model_dump_json())
     elif args.command == "cancel":
         ids = [j.id for j in all_jobs() if not j.status.is_terminal] if args.all else args.ids
         cancelled = [cancel(i) for i in ids]

@@ -162,9 +162,13 @@ class LocalRunner(CommandRunner):
             shutil.copy2(source, target)
 
 
-def runner_for(node: NodeInfo) -> CommandRunner:
+def runner_for(node: NodeInfo, connect_deadline: float | None = None) -> CommandRunner:
+    """The runner for ``node``; ``connect_deadline`` bounds how long an SSH runner keeps
+    trying to reach it (its default suits a machine that is still booting)."""
     if node.runner == "local":
         return LocalRunner(node)
     from orch.runtime.ssh import SSHRunner  # paramiko only when a node needs it
 
-    return SSHRunner(node)
+    if connect_deadline is None:
+        return SSHRunner(node)
+    return SSHRunner(node, connect_deadline=connect_deadline)

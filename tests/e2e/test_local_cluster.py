@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from orch.runtime.local_processes import marked_pids
+from orch.runtime.procfs import alive
 from tests.e2e.conftest import Orch
 
 pytestmark = pytest.mark.e2e
@@ -148,6 +149,7 @@ def test_a_worker_killed_during_launch_is_replaced_and_the_launch_completes(orch
     state = plane.state()
     assert state is not None and state.worker_pid
     os.killpg(state.worker_pid, signal.SIGKILL)
+    wait_for(lambda: not alive(state.worker_pid), timeout=10, what="the worker to die")
     plane.ensure()  # what any next command does: a new worker
 
     output, _ = launch.communicate(timeout=300)

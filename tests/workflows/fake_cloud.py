@@ -237,8 +237,9 @@ class FakeCloud:
                              submitted_at="2026-01-01T00:00:00Z")
 
         @activity.defn(name="stop_ray")
-        async def stop_ray(request: NodesRequest) -> None:
+        async def stop_ray(request: NodesRequest) -> list[str]:
             await self._enter("stop_ray")
+            return []
 
         @activity.defn(name="query_instances")
         async def query_instances(request: InstancesRequest) -> dict[str, InstanceStatus]:

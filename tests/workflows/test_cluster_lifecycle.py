@@ -20,7 +20,7 @@ from orch.records import (
 )
 from orch.spec import Resources, Task
 from orch.status import ClusterStatus
-from tests.workflows.fake_cloud import FakeCloud, ClusterTestbed, fake_cloud_worker
+from tests.workflows.fake_cloud import ClusterTestbed, FakeCloud, fake_cloud_worker
 from tests.workflows.histories import save_with_children
 from workflows.cluster import ClusterWorkflow
 

@@ -1,0 +1,131 @@
+"""orch's workflows with their REAL activities, against moto's EC2 behind the fault front.
+
+A worker on a fresh task queue hosts every workflow, the plain activities of
+``workers.registry`` (they run in a thread pool, as on a real worker) and the semaphore's
+client activities. Its process environment points boto3 at the fault front (the
+``aws_env`` fixture of the AWS provider tests) and ``ORCH_HOME`` at a temporary directory,
+so orch's SSH key pair, known hosts and local-cloud sandboxes stay in the test's folder.
+Assertions read moto's state straight from moto, past the front.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import pytest_asyncio
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from orch.clouds.base import TAG_CLUSTER
+from tests.clouds.aws.conftest import aws_env, front, moto_url  # noqa: F401 (fixtures)
+from tests.fakes.ec2_fault_front import EC2FaultFront
+from workers.registry import PLAIN_ACTIVITIES, WORKFLOWS, client_activities
+from workflows.launch_semaphore import (
+    LAUNCH_SEMAPHORE_ID,
+    REQUEST_PERMIT_ACTIVITY,
+    SemaphoreSettings,
+)
+
+# Regions and zones that both orch's catalog (m6id.large) and moto know.
+EAST_1, EAST_2 = "us-east-1", "us-east-2"
+INSTANCE_TYPE = "m6id.large"  # 2 vCPUs, 8 GiB: the standard family's vCPU quota
+LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
+
+
+@dataclass
+class Moto:
+    """EC2 straight from moto, past the fault front: the ground truth of every test."""
+
+    url: str
+    _clients: dict[str, Any] = field(default_factory=dict)
+
+    def ec2(self, region: str) -> Any:
+        if region not in self._clients:
+            self._clients[region] = boto3.session.Session().client(
+                "ec2", region_name=region, endpoint_url=self.url,
+                aws_access_key_id="testing", aws_secret_access_key="testing")
+        return self._clients[region]
+
+    def instances(self, region: str, cluster_name: str,
+                  states: tuple[str, ...] = LIVE_STATES) -> list[dict[str, Any]]:
+        """The cluster's instances (by its tag) in ``states``, in launch order."""
+        reservations = self.ec2(region).describe_instances(Filters=[
+            {"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster_name]},
+            {"Name": "instance-state-name", "Values": list(states)},
+        ])["Reservations"]
+        return sorted((i for r in reservations for i in r["Instances"]),
+                      key=lambda i: i["LaunchTime"])
+
+    def states(self, region: str, cluster_name: str) -> dict[str, str]:
+        """Instance id → state name, terminated ones included."""
+        return {i["InstanceId"]: i["State"]["Name"]
+                for i in self.instances(region, cluster_name, (*LIVE_STATES, "terminated"))}
+
+
+@pytest.fixture(scope="session")
+def moto(moto_url: str) -> Moto:  # noqa: F811 (the imported fixture)
+    return Moto(moto_url)
+
+
+@pytest.fixture
+def orch_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "orch-home"
+    monkeypatch.setenv("ORCH_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def cluster_name() -> str:
+    """moto lives as long as the session: every test has its own cluster."""
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+async def stop_launch_semaphore(client: Client) -> None:
+    """The semaphore lives on the test worker's task queue: end it with the worker."""
+    semaphore = client.get_workflow_handle(LAUNCH_SEMAPHORE_ID)
+    with contextlib.suppress(RPCError):  # never started: nothing to stop
+        if (await semaphore.describe()).status == WorkflowExecutionStatus.RUNNING:
+            await semaphore.terminate("test over")
+
+
+@pytest_asyncio.fixture
+async def task_queue(
+    time_skipping_env: WorkflowEnvironment,
+    aws_env: EC2FaultFront,  # noqa: F811 (the imported fixture)
+    orch_home: Path,
+) -> AsyncIterator[str]:
+    """A worker with orch's workflows and real activities; yields its task queue."""
+    queue = f"aws-{uuid.uuid4().hex[:8]}"
+    client = time_skipping_env.client
+    activities = PLAIN_ACTIVITIES + client_activities(client, SemaphoreSettings())
+    with ThreadPoolExecutor(max_workers=8) as executor:
+        async with Worker(client, task_queue=queue, workflows=WORKFLOWS,
+                          activities=activities, activity_executor=executor):
+            yield queue
+    await stop_launch_semaphore(client)
+
+
+async def activities_started(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, int]]:
+    """(activity name, attempt) of every activity the workflow ran, in the order they
+    started; the semaphore's own activity is left out."""
+    names: dict[int, str] = {}
+    started = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled = event.activity_task_scheduled_event_attributes
+            names[event.event_id] = scheduled.activity_type.name
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            attributes = event.activity_task_started_event_attributes
+            started.append((names[attributes.scheduled_event_id], attributes.attempt))
+    return [(name, attempt) for name, attempt in started if name != REQUEST_PERMIT_ACTIVITY]
