@@ -18,20 +18,25 @@ CLOUD   the whole cloud
 NONE    nothing: a transient fault, retry the same place
 ======  ==============================================================================
 
-Cloud error codes → error type and scope (:func:`scope_for`; providers raise typed errors
-whose ``scope`` already says it, and may use this table to decide it):
+Cloud error codes → error type and scope: what the providers raise, in short. Each cloud's
+table lives in its provider's error module, the source of truth for every code
+(:mod:`orch.clouds.aws_errors`, :mod:`orch.clouds.gcp_errors`,
+:mod:`orch.clouds.azure_errors`); the failover rules see only the typed error's name and
+``scope``:
 
 =====  ====================================================  ==================  ======
 cloud  code                                                  error type          scope
 =====  ====================================================  ==================  ======
-aws    InsufficientInstanceCapacity, InsufficientCapacity,   CapacityError       zone
-       InsufficientHostCapacity, Unsupported
+aws    InsufficientInstanceCapacity, InsufficientCapacity,   CapacityError       zone if a zone
+       InsufficientHostCapacity, Unsupported                                     was asked,
+                                                                                 else region
 aws    VcpuLimitExceeded, InstanceLimitExceeded,             QuotaError          region
        MaxSpotInstanceCountExceeded
 aws    RequestLimitExceeded, Throttling, InternalError,      TransientError      none
        Unavailable, ServiceUnavailable
 aws    AuthFailure, UnauthorizedOperation,                   AuthError           cloud
-       InvalidClientTokenId, ExpiredToken, NoCredentialsError
+       InvalidClientTokenId, ExpiredToken; no
+       credentials at all (NoCredentialsError)
 aws    InvalidAMIID.*, InvalidParameterValue                 InvalidConfigError  cloud
 gcp    QUOTA_EXCEEDED / quotaExceeded naming                 QuotaError          cloud
        GPUS_ALL_REGIONS (a global quota)
@@ -49,12 +54,17 @@ azure  AllocationFailed, OverconstrainedAllocationRequest,   CapacityError      
        SkuNotAvailable                                                           else region
 azure  QuotaExceeded, OperationNotAllowed naming a quota     QuotaError          region
 azure  ReadOnlyDisabledSubscription, AuthorizationFailed,    AuthError           cloud
-       ClientAuthenticationError, InvalidAuthenticationToken
+       ClientAuthenticationError, SubscriptionNotFound,
+       InvalidAuthenticationToken and its kin
+azure  InvalidParameter, ImageNotFound,                      InvalidConfigError  cloud
+       MissingSubscriptionRegistration and its kin
 azure  TooManyRequests, InternalServerError,                 TransientError      none
-       ServiceUnavailable
-any    anything else                                         CapacityError       zone (aws,
-                                                                                 gcp) or
-                                                                                 region (azure)
+       ServiceUnavailable (and any HTTP 429 or 5xx)
+aws,   anything else (a gcp HTTP error goes by its status    ProvisionError      zone
+gcp    first: 403 auth, 404 capacity, 429/5xx transient...)
+azure  anything else                                         CapacityError       zone if a zone
+                                                                                 was asked,
+                                                                                 else region
 =====  ====================================================  ==================  ======
 """
 
@@ -62,14 +72,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orch.clouds.errors import (
-    AuthError,
-    BlockScope,
-    CapacityError,
-    InvalidConfigError,
-    QuotaError,
-    TransientError,
-)
+from orch.clouds.errors import BlockScope
 
 
 class _Frozen(BaseModel):
@@ -207,65 +210,3 @@ def history_rows(attempts: list[FailoverAttempt]) -> list[list[str]]:
         for number, a in enumerate(attempts, start=1)
     ]
 
-
-_CAPACITY, _QUOTA, _AUTH, _CONFIG, _TRANSIENT = (
-    CapacityError.__name__, QuotaError.__name__, AuthError.__name__,
-    InvalidConfigError.__name__, TransientError.__name__,
-)
-_CODES: dict[str, dict[str, tuple[str, BlockScope]]] = {
-    "aws": {
-        **dict.fromkeys(["InsufficientInstanceCapacity", "InsufficientCapacity",
-                         "InsufficientHostCapacity", "Unsupported"],
-                        (_CAPACITY, BlockScope.ZONE)),
-        **dict.fromkeys(["VcpuLimitExceeded", "InstanceLimitExceeded",
-                         "MaxSpotInstanceCountExceeded"], (_QUOTA, BlockScope.REGION)),
-        **dict.fromkeys(["RequestLimitExceeded", "Throttling", "InternalError", "Unavailable",
-                         "ServiceUnavailable"], (_TRANSIENT, BlockScope.NONE)),
-        **dict.fromkeys(["AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId",
-                         "ExpiredToken", "NoCredentialsError"], (_AUTH, BlockScope.CLOUD)),
-        "InvalidParameterValue": (_CONFIG, BlockScope.CLOUD),
-    },
-    "gcp": {
-        **dict.fromkeys(["ZONE_RESOURCE_POOL_EXHAUSTED",
-                         "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "insufficientCapacity",
-                         "RESOURCE_NOT_FOUND", "RESOURCE_NOT_READY", "resourceNotReady",
-                         "UNSUPPORTED_OPERATION"], (_CAPACITY, BlockScope.ZONE)),
-        **dict.fromkeys(["QUOTA_EXCEEDED", "quotaExceeded"], (_QUOTA, BlockScope.REGION)),
-        "IAM_PERMISSION_DENIED": (_AUTH, BlockScope.CLOUD),
-        "VPC_NOT_FOUND": (_CONFIG, BlockScope.CLOUD),
-        **dict.fromkeys(["rateLimitExceeded", "RESOURCE_OPERATION_RATE_EXCEEDED"],
-                        (_TRANSIENT, BlockScope.NONE)),
-    },
-    "azure": {
-        "ZonalAllocationFailed": (_CAPACITY, BlockScope.ZONE),
-        **dict.fromkeys(["AllocationFailed", "OverconstrainedAllocationRequest",
-                         "OverconstrainedZonalAllocationRequest", "SkuNotAvailable"],
-                        (_CAPACITY, BlockScope.REGION)),
-        "QuotaExceeded": (_QUOTA, BlockScope.REGION),
-        **dict.fromkeys(["ReadOnlyDisabledSubscription", "AuthorizationFailed",
-                         "ClientAuthenticationError", "InvalidAuthenticationToken"],
-                        (_AUTH, BlockScope.CLOUD)),
-        **dict.fromkeys(["TooManyRequests", "InternalServerError", "ServiceUnavailable"],
-                        (_TRANSIENT, BlockScope.NONE)),
-    },
-}
-
-
-def scope_for(cloud: str, code: str, message: str = "", *,
-              zone_requested: bool = False) -> tuple[str, BlockScope]:
-    """The error type name and block scope for a cloud's error ``code`` (see the table in
-    the module docstring). ``zone_requested``: the failed call asked for one zone (Azure's
-    allocation errors then block that zone rather than the region)."""
-    if cloud == "aws" and code.startswith("InvalidAMIID."):
-        return _CONFIG, BlockScope.CLOUD
-    if cloud == "gcp" and code in ("QUOTA_EXCEEDED", "quotaExceeded") and (
-        "GPUS_ALL_REGIONS" in message
-    ):
-        return _QUOTA, BlockScope.CLOUD
-    if cloud == "azure" and code == "OperationNotAllowed" and "quota" in message.lower():
-        return _QUOTA, BlockScope.REGION
-    default = (_CAPACITY, BlockScope.REGION if cloud == "azure" else BlockScope.ZONE)
-    error_type, scope = _CODES.get(cloud, {}).get(code, default)
-    if error_type == _CAPACITY and cloud == "azure" and zone_requested:
-        scope = BlockScope.ZONE
-    return error_type, scope

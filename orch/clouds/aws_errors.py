@@ -92,7 +92,8 @@ def translate(exc: ClientError | BotoCoreError, *, zone: str | None = None) -> P
     """The typed error for a botocore exception; ``zone`` is the zone the call targeted."""
     message = str(exc)
     if isinstance(exc, _NO_CREDENTIALS):
-        return AuthError(f"AWS credentials are missing or unusable: {message}")
+        return AuthError(f"AWS credentials are missing or unusable: {message}",
+                         code=type(exc).__name__)
     if isinstance(exc, _TRANSPORT):
         return TransientError(f"cannot reach the AWS endpoint: {message}")
     if not isinstance(exc, ClientError):

@@ -7,11 +7,15 @@ ends ``{"status": "Failed", "error": {...}}`` (the SDK poller raises an
 also keeps the code in its instance view (``ProvisioningState/failed/<code>``), so the
 classification works from a bare code and message.
 
-Which code blocks what is the shared table of :func:`orch.failover_rules.scope_for`
-(allocation failures: the zone if one was asked for, else the region; quota: the region;
-auth: the cloud). On top of it, what only the transport knows: HTTP 429 and 5xx, or no
-connection, are transient; ``ClientAuthenticationError`` (a 401, or a credential that got
-no token) is an auth error; and a few codes the shared table does not carry yet.
+The code table (``_ERROR_TYPES``) is the one place that says which ARM code blocks what.
+SkyPilot's Azure handler blocks the cloud for a read-only subscription or rejected
+credentials and the region (for that instance type) for anything else; orch is finer where
+ARM says more: an allocation failure blocks the zone when the request named one
+(``ZonalAllocationFailed`` always does), else the region; a quota the region; credentials,
+permissions or a request Azure cannot serve the cloud. A code the table does not know is
+treated as an allocation failure. On top of the codes, what only the transport knows: HTTP
+429 and 5xx, or no connection, are transient; ``ClientAuthenticationError`` (a 401, or a
+credential that got no token) is an auth error.
 """
 
 from __future__ import annotations
@@ -29,23 +33,32 @@ from azure.core.exceptions import (
 )
 
 from orch.clouds.errors import (
-    ERROR_TYPES,
     AuthError,
     BlockScope,
+    CapacityError,
     InvalidConfigError,
     ProvisionError,
+    QuotaError,
     TransientError,
 )
-from orch.failover_rules import scope_for
 
-# Azure codes missing from orch.failover_rules' table; each blocks the cloud.
-_MORE_CODES: dict[str, type[ProvisionError]] = {
-    **dict.fromkeys(("AuthenticationFailed", "ExpiredAuthenticationToken",
+# ARM error code → the typed error it becomes, with that type's scope (quota: the region;
+# auth and config: the cloud; transient: none), except capacity: see classify.
+_ERROR_TYPES: dict[str, type[ProvisionError]] = {
+    **dict.fromkeys(("ZonalAllocationFailed", "AllocationFailed",
+                     "OverconstrainedAllocationRequest", "OverconstrainedZonalAllocationRequest",
+                     "SkuNotAvailable"), CapacityError),
+    "QuotaExceeded": QuotaError,
+    **dict.fromkeys(("ReadOnlyDisabledSubscription", "AuthorizationFailed",
+                     "ClientAuthenticationError", "InvalidAuthenticationToken",
+                     "AuthenticationFailed", "ExpiredAuthenticationToken",
                      "InvalidAuthenticationTokenTenant", "LinkedAuthorizationFailed",
                      "SubscriptionNotFound"), AuthError),
     **dict.fromkeys(("InvalidParameter", "InvalidRequestContent", "InvalidResourceName",
                      "InvalidResourceReference", "MissingSubscriptionRegistration",
                      "ImageNotFound", "PlatformImageNotFound"), InvalidConfigError),
+    **dict.fromkeys(("TooManyRequests", "InternalServerError", "ServiceUnavailable"),
+                    TransientError),
 }
 ABSENT_CODES = frozenset({"ResourceGroupNotFound", "ResourceNotFound", "NotFound"})
 
@@ -64,10 +77,16 @@ def classify(
     text = f"Azure {where}: {code or 'error'}: {message}"
     if status is not None and (status == 429 or status >= 500):
         return TransientError(text, code=code or str(status))
-    if code in _MORE_CODES:
-        return _MORE_CODES[code](text, code=code)
-    error_type, scope = scope_for("azure", code, message, zone_requested=zone is not None)
-    return ERROR_TYPES[error_type](text, code=code, scope=scope)
+    if code == "OperationNotAllowed" and "quota" in message.lower():
+        # "Operation could not be completed as it results in exceeding approved ... quota."
+        return QuotaError(text, code=code)
+    error_type = _ERROR_TYPES.get(code, CapacityError)
+    if error_type is not CapacityError:
+        return error_type(text, code=code)
+    # Allocation failures, and codes the table does not know: the zone asked for, else the
+    # region (ARM then already looked for capacity in all of it).
+    zonal = zone is not None or code == "ZonalAllocationFailed"
+    return CapacityError(text, code=code, scope=BlockScope.ZONE if zonal else BlockScope.REGION)
 
 
 def translate(err: AzureError, *, region: str, zone: str | None = None) -> ProvisionError:

@@ -25,13 +25,18 @@ from tests.fakes.ec2_fault_front import EC2FaultFront
     ("InsufficientInstanceCapacity", CapacityError, BlockScope.ZONE),
     ("Unsupported", CapacityError, BlockScope.ZONE),
     ("InsufficientCapacity", CapacityError, BlockScope.ZONE),
+    ("InsufficientHostCapacity", CapacityError, BlockScope.ZONE),
     ("VcpuLimitExceeded", QuotaError, BlockScope.REGION),
     ("InstanceLimitExceeded", QuotaError, BlockScope.REGION),
     ("MaxSpotInstanceCountExceeded", QuotaError, BlockScope.REGION),
     ("RequestLimitExceeded", TransientError, BlockScope.NONE),
     ("InternalError", TransientError, BlockScope.NONE),
     ("Unavailable", TransientError, BlockScope.NONE),
+    ("ServiceUnavailable", TransientError, BlockScope.NONE),
+    ("Throttling", TransientError, BlockScope.NONE),
     ("AuthFailure", AuthError, BlockScope.CLOUD),
+    ("InvalidClientTokenId", AuthError, BlockScope.CLOUD),
+    ("ExpiredToken", AuthError, BlockScope.CLOUD),
     ("UnauthorizedOperation", AuthError, BlockScope.CLOUD),
     ("InvalidAMIID.Malformed", InvalidConfigError, BlockScope.CLOUD),
     ("InvalidParameterValue", InvalidConfigError, BlockScope.CLOUD),
@@ -106,6 +111,7 @@ def test_missing_credentials_are_an_auth_error(
     with pytest.raises(AuthError) as caught:
         AWSProvider().query_instances(REGION, cluster_name)
     assert caught.value.scope is BlockScope.CLOUD
+    assert caught.value.code == "NoCredentialsError"
     ok, reason = AWSProvider().credentials_ok()
     assert not ok and "credentials" in reason.lower()
 

@@ -10,14 +10,12 @@ import pytest
 from azure.core.exceptions import ClientAuthenticationError
 
 from orch.clouds.azure import AzureProvider
-from orch.clouds.azure_errors import classify
 from orch.clouds.base import InstanceStatus
 from orch.clouds.errors import (
     AuthError,
     BlockScope,
     CapacityError,
     InvalidConfigError,
-    ProvisionError,
     QuotaError,
     TransientError,
 )
@@ -213,29 +211,3 @@ def test_vm_size_refused_by_azure(provider: AzureProvider) -> None:
         provider.run_instances(config(instance_type="Standard_Imaginary_v9"))
     assert caught.value.code == "InvalidParameter"
 
-
-@pytest.mark.parametrize(
-    ("code", "message", "status", "zone", "expected", "scope"),
-    [
-        ("QuotaExceeded", "", 409, None, QuotaError, BlockScope.REGION),
-        ("OperationNotAllowed", "exceeding approved Total Regional Cores quota", 409, "1",
-         QuotaError, BlockScope.REGION),
-        ("ExpiredAuthenticationToken", "", 401, None, AuthError, BlockScope.CLOUD),
-        ("MissingSubscriptionRegistration", "", 409, None, InvalidConfigError,
-         BlockScope.CLOUD),
-        ("ServerBusy", "", 503, "1", TransientError, BlockScope.NONE),
-        ("InternalExecutionError", "", 500, None, TransientError, BlockScope.NONE),
-        ("AllocationFailed", "", None, "3", CapacityError, BlockScope.ZONE),
-        ("AllocationFailed", "", None, None, CapacityError, BlockScope.REGION),
-        # unknown failures rule out the region, as SkyPilot does for Azure
-        ("OperationNotAllowed", "VM is marked for deletion", 409, None, CapacityError,
-         BlockScope.REGION),
-    ],
-)
-def test_classify(
-    code: str, message: str, status: int | None, zone: str | None,
-    expected: type[ProvisionError], scope: BlockScope,
-) -> None:
-    error = classify(code, message, status=status, region="eastus", zone=zone)
-    assert type(error) is expected
-    assert error.scope == scope and error.code == code

@@ -96,8 +96,17 @@ def operation(*errors: tuple[str, str]) -> dict[str, Any]:
          "have enough resources available to fulfill the request.", CapacityError,
          BlockScope.ZONE),
         ("ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "...", CapacityError, BlockScope.ZONE),
+        ("insufficientCapacity", "The zone 'projects/p/zones/us-central1-a' does not have "
+         "enough resources available to fulfill the request.", CapacityError, BlockScope.ZONE),
         ("RESOURCE_NOT_FOUND", "The resource 'projects/p/zones/z/instances/x' was not found",
          CapacityError, BlockScope.ZONE),
+        ("RESOURCE_NOT_READY", "The resource 'projects/p/zones/z/instances/x' is not ready",
+         CapacityError, BlockScope.ZONE),
+        ("UNSUPPORTED_OPERATION", "The instance 'projects/p/zones/z/instances/x' was "
+         "preempted while it was being created.", CapacityError, BlockScope.ZONE),
+        ("RESOURCE_OPERATION_RATE_EXCEEDED", "Operation rate exceeded for resource "
+         "'projects/p/global/machineImages/img'. Too frequent operations from the source "
+         "resource.", TransientError, BlockScope.NONE),
         ("QUOTA_EXCEEDED", REGIONAL_QUOTA, QuotaError, BlockScope.REGION),
         ("QUOTA_EXCEEDED", GLOBAL_QUOTA, QuotaError, BlockScope.CLOUD),
         ("VPC_NOT_FOUND", "The network 'default' was not found", InvalidConfigError,
