@@ -66,8 +66,12 @@ class SemaphoreActivities:
             activity.heartbeat()
             return gone
 
-        verdicts = await asyncio.gather(*(closed(h) for h in holders))
-        return [h.request_id for h, gone in zip(holders, verdicts, strict=True) if gone]
+        # A holder with both a launch permit and a job slot is described once.
+        chains = {(h.holder_id, h.holder_first_run_id): h for h in holders}
+        verdicts = dict(
+            zip(chains, await asyncio.gather(*(closed(h) for h in chains.values())), strict=True)
+        )
+        return [h.request_id for h in holders if verdicts[h.holder_id, h.holder_first_run_id]]
 
     async def _holder_closed(self, holder: AcquireRequest) -> bool:
         try:

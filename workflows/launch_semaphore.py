@@ -76,6 +76,9 @@ LAUNCH_WAITING_ATTRIBUTE = SearchAttributeKey.for_int("OrchLaunchWaiting")
 # other requests do.
 FINISHED_REQUESTS_KEPT = 1024
 
+# Grant signals sent at once; Temporal allows 2,000 pending outgoing signals per workflow.
+GRANTS_IN_FLIGHT = 500
+
 PermitKind = Literal["launch", "job"]
 PERMIT_KINDS: tuple[PermitKind, ...] = ("launch", "job")
 
@@ -135,12 +138,17 @@ class PermitPool(BaseModel):
 
 
 class SemaphoreState(BaseModel):
-    pools: dict[PermitKind, PermitPool] = Field(
-        default_factory=lambda: {kind: PermitPool() for kind in PERMIT_KINDS}
-    )
+    launch: PermitPool = PermitPool()
+    job: PermitPool = PermitPool()
     finished_request_ids: list[str] = []
     """Dedup keys of released requests, oldest first, at most FINISHED_REQUESTS_KEPT."""
     next_reclaim_at: datetime | None = None
+
+    def pool(self, kind: PermitKind) -> PermitPool:
+        return self.launch if kind == "launch" else self.job
+
+    def all_holders(self) -> list[PermitHolder]:
+        return [*self.launch.holders, *self.job.holders]
 
 
 class LaunchSemaphoreInput(BaseModel):
@@ -168,10 +176,12 @@ class LaunchSemaphoreWorkflow:
         self._settings = input.settings
         self._state = input.state
         self._known_request_ids = set(self._state.finished_request_ids)
-        for pool in self._state.pools.values():
+        for pool in (self._state.launch, self._state.job):
             self._known_request_ids.update(h.request.request_id for h in pool.holders)
             self._known_request_ids.update(w.request_id for w in pool.waiters)
         self._undelivered: list[PermitHolder] = []
+        # Grant signals under way; referenced here because the event loop holds tasks weakly.
+        self._deliveries: set[asyncio.Task[None]] = set()
         self._reclaiming = False
         self._published_counts: tuple[int, int] | None = None
         self._reclaimer: asyncio.Task[None] | None = None
@@ -181,15 +191,11 @@ class LaunchSemaphoreWorkflow:
         # Kept referenced: the event loop holds tasks weakly. It is simply dropped at
         # continue-as-new, which never happens during a sweep.
         self._reclaimer = asyncio.create_task(self._reclaim_periodically())
+        self._send_grants()  # granted by signals that came with the start, or carried over
         while True:
             await workflow.wait_condition(
-                lambda: bool(self._undelivered)
-                or self._counts_unpublished()
-                or self._ready_to_continue_as_new()
+                lambda: self._counts_unpublished() or self._ready_to_continue_as_new()
             )
-            if self._undelivered:
-                await self._deliver_grants()
-                continue
             if self._counts_unpublished():
                 self._publish_counts()
             if self._ready_to_continue_as_new():
@@ -203,7 +209,7 @@ class LaunchSemaphoreWorkflow:
             workflow.logger.info("ignoring duplicate acquire %s", request.request_id)
             return
         self._known_request_ids.add(request.request_id)
-        self._state.pools[request.kind].waiters.append(request)
+        self._state.pool(request.kind).waiters.append(request)
         self._grant_free_permits(request.kind)
 
     @workflow.signal(name=RELEASE_SIGNAL)
@@ -212,31 +218,31 @@ class LaunchSemaphoreWorkflow:
 
     @workflow.query(name=PERMITS_QUERY)
     def permits(self) -> SemaphoreView:
-        return SemaphoreView(
-            pools=[
-                PoolView(
-                    kind=kind,
-                    limit=self._settings.limits.of(kind),
-                    held=len(pool.holders),
-                    waiting=len(pool.waiters),
-                    holders=pool.holders,
-                    waiters=pool.waiters,
-                )
-                for kind, pool in self._state.pools.items()
-            ]
+        return SemaphoreView(pools=[self._pool_view(kind) for kind in PERMIT_KINDS])
+
+    def _pool_view(self, kind: PermitKind) -> PoolView:
+        pool = self._state.pool(kind)
+        return PoolView(
+            kind=kind,
+            limit=self._settings.limits.of(kind),
+            held=len(pool.holders),
+            waiting=len(pool.waiters),
+            holders=pool.holders,
+            waiters=pool.waiters,
         )
 
     def _grant_free_permits(self, kind: PermitKind) -> None:
-        pool = self._state.pools[kind]
+        pool = self._state.pool(kind)
         while pool.waiters and len(pool.holders) < self._settings.limits.of(kind):
             holder = PermitHolder(request=pool.waiters.pop(0), granted_at=workflow.now())
             pool.holders.append(holder)
             self._undelivered.append(holder)
+        self._send_grants()
 
     def _finish(self, kind: PermitKind, request_id: str, *, why: str) -> None:
         """Frees the permit of `request_id`, or withdraws it from the queue, and
         remembers the id so that a late duplicate acquire is not granted."""
-        pool = self._state.pools[kind]
+        pool = self._state.pool(kind)
         held = [h for h in pool.holders if h.request.request_id != request_id]
         waiting = [w for w in pool.waiters if w.request_id != request_id]
         if len(held) == len(pool.holders) and len(waiting) == len(pool.waiters):
@@ -256,14 +262,20 @@ class LaunchSemaphoreWorkflow:
         while len(finished) > FINISHED_REQUESTS_KEPT:
             self._known_request_ids.discard(finished.pop(0))
 
-    async def _deliver_grants(self) -> None:
-        grants, self._undelivered = self._undelivered, []
-        delivered = await asyncio.gather(*(self._signal_grant(h) for h in grants))
-        for holder, ok in zip(grants, delivered, strict=True):
-            if not ok:
-                self._finish(holder.request.kind, holder.request.request_id, why="holder gone")
+    def _send_grants(self) -> None:
+        """Starts a grant signal for each new holder, in grant order, at most
+        GRANTS_IN_FLIGHT at once. Signals go out in the same workflow task as the
+        acquire or release that freed the permit, without waiting for earlier ones."""
+        while self._undelivered and len(self._deliveries) < GRANTS_IN_FLIGHT:
+            delivery = asyncio.create_task(self._signal_grant(self._undelivered.pop(0)))
+            self._deliveries.add(delivery)
+            delivery.add_done_callback(self._delivery_done)
 
-    async def _signal_grant(self, holder: PermitHolder) -> bool:
+    def _delivery_done(self, delivery: asyncio.Task[None]) -> None:
+        self._deliveries.discard(delivery)
+        self._send_grants()
+
+    async def _signal_grant(self, holder: PermitHolder) -> None:
         request = holder.request
         try:
             await workflow.get_external_workflow_handle(request.holder_id).signal(
@@ -273,8 +285,7 @@ class LaunchSemaphoreWorkflow:
             # The server's only failure causes: the holder is closed or missing, or it has
             # hit its signal limit. Either way it will never learn of this permit.
             workflow.logger.info("grant to %s failed (%s)", request.holder_id, err.type)
-            return False
-        return True
+            self._finish(request.kind, request.request_id, why="holder gone")
 
     async def _reclaim_periodically(self) -> None:
         interval = self._settings.reclaim_interval
@@ -289,7 +300,7 @@ class LaunchSemaphoreWorkflow:
             await self._reclaim_closed_holders()
 
     async def _reclaim_closed_holders(self) -> None:
-        held = [h.request for pool in self._state.pools.values() for h in pool.holders]
+        held = [h.request for h in self._state.all_holders()]
         if not held:
             return
         self._reclaiming = True
@@ -310,11 +321,10 @@ class LaunchSemaphoreWorkflow:
                 self._finish(request.kind, request.request_id, why="holder closed")
 
     def _has_holders(self) -> bool:
-        return any(pool.holders for pool in self._state.pools.values())
+        return bool(self._state.all_holders())
 
     def _launch_counts(self) -> tuple[int, int]:
-        pool = self._state.pools["launch"]
-        return len(pool.holders), len(pool.waiters)
+        return len(self._state.launch.holders), len(self._state.launch.waiters)
 
     def _counts_unpublished(self) -> bool:
         return (
@@ -340,6 +350,7 @@ class LaunchSemaphoreWorkflow:
         return (
             due
             and not self._undelivered
+            and not self._deliveries
             and not self._reclaiming
             and workflow.all_handlers_finished()
         )

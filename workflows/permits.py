@@ -30,6 +30,7 @@ from datetime import timedelta
 
 from pydantic import BaseModel
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 # Passed through: the sandbox would otherwise rebuild these pydantic models for every
 # run of every holder workflow, which costs a noticeable slice of a workflow task.
@@ -54,10 +55,15 @@ class Permit(BaseModel):
 
     async def release(self) -> None:
         """Gives the permit back (or withdraws the request). Releasing twice, or after the
-        semaphore reclaimed the permit, is harmless: the semaphore ignores unknown ids."""
-        await workflow.get_external_workflow_handle(self.semaphore_id).signal(
-            RELEASE_SIGNAL, ReleaseRequest(kind=self.kind, request_id=self.request_id)
-        )
+        semaphore reclaimed the permit, is harmless: the semaphore ignores unknown ids.
+        So is releasing when no semaphore runs (an operator terminated it): there is
+        nothing left to give back."""
+        try:
+            await workflow.get_external_workflow_handle(self.semaphore_id).signal(
+                RELEASE_SIGNAL, ReleaseRequest(kind=self.kind, request_id=self.request_id)
+            )
+        except ApplicationError as err:
+            workflow.logger.warning("release of %s not delivered (%s)", self.request_id, err.type)
 
 
 class _GrantInbox:
@@ -76,10 +82,10 @@ def _grant_inbox() -> _GrantInbox:
         inbox = _GrantInbox()
         workflow.set_signal_handler(GRANT_SIGNAL, inbox.receive)
         return inbox
-    inbox = getattr(handler, "__self__", None)
-    if not isinstance(inbox, _GrantInbox):
+    owner = getattr(handler, "__self__", None)
+    if not isinstance(owner, _GrantInbox):
         raise RuntimeError(f"signal {GRANT_SIGNAL!r} already has a handler of its own")
-    return inbox
+    return owner
 
 
 async def acquire_permit(kind: PermitKind, *, semaphore_id: str = LAUNCH_SEMAPHORE_ID) -> Permit:

@@ -9,52 +9,59 @@ signals it sent), so they reflect what the server recorded, not what a test doub
 from __future__ import annotations
 
 import asyncio
-import json
-import os
+import contextlib
+import sys
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+from pydantic import BaseModel
 from temporalio import activity, workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-# Passed through so the sandbox does not re-run these imports for every holder run.
-with workflow.unsafe.imports_passed_through():
-    import pytest
-    from pydantic import BaseModel
-    from temporalio.api.enums.v1 import EventType
-    from temporalio.client import (
-        Client,
-        WorkflowExecutionStatus,
-        WorkflowHandle,
-        WorkflowHistory,
-    )
-    from temporalio.testing import WorkflowEnvironment
-    from temporalio.worker import Replayer, Worker
+from activities.semaphore import SemaphoreActivities
+from bench.semaphore_fairness import semaphore_run_histories
+from tests.workflows.histories import DIRECTORY, load, save_with_children
+from workflows.launch_semaphore import (
+    ACQUIRE_SIGNAL,
+    GRANT_SIGNAL,
+    LAUNCH_HOLDERS_ATTRIBUTE,
+    LAUNCH_WAITING_ATTRIBUTE,
+    PERMITS_QUERY,
+    RELEASE_SIGNAL,
+    AcquireRequest,
+    LaunchSemaphoreInput,
+    LaunchSemaphoreWorkflow,
+    PermitGrant,
+    PermitKind,
+    PermitLimits,
+    PoolView,
+    ReleaseRequest,
+    SemaphoreSettings,
+    SemaphoreView,
+)
+from workflows.permits import acquire_permit
 
-    from activities.semaphore import SemaphoreActivities
-    from workflows.launch_semaphore import (
-        ACQUIRE_SIGNAL,
-        GRANT_SIGNAL,
-        PERMITS_QUERY,
-        RELEASE_SIGNAL,
-        AcquireRequest,
-        LaunchSemaphoreInput,
-        LaunchSemaphoreWorkflow,
-        PermitGrant,
-        PermitKind,
-        PermitLimits,
-        PoolView,
-        ReleaseRequest,
-        SemaphoreSettings,
-        SemaphoreView,
-    )
-    from workflows.permits import acquire_permit
+# The holder workflow below lives in this module; the sandbox passes the module through
+# instead of re-importing it (and pytest re-rewriting its asserts) for every holder run.
+# LaunchSemaphoreWorkflow's own module is still imported fresh into each sandbox.
+SANDBOX = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules(__name__)
+)
 
-HISTORY_FILE = Path(__file__).parent / "histories" / "launch_semaphore.json"
-RECORD_ENV = "ORCH_RECORD_HISTORIES"
+HISTORY_NAME = "launch_semaphore"
+RESULT_WAIT_S = 90  # real seconds for one holder to finish; seconds at most here
 
 
 class HoldInput(BaseModel):
@@ -91,14 +98,20 @@ class PermitHolderWorkflow:
 
 @dataclass
 class HoldRecorder:
-    """What holders report, in the order the activities ran."""
+    """What holders report, in the order the activities ran. A retried report (time
+    skipping can time out an activity that is slow to finish) counts once."""
 
     events: list[HoldEvent] = field(default_factory=list)
     in_flight: Counter[str] = field(default_factory=Counter)
     most_in_flight: Counter[str] = field(default_factory=Counter)
+    reported: set[tuple[str, bool]] = field(default_factory=set)
 
     @activity.defn(name="record_hold")
     async def record_hold(self, event: HoldEvent) -> None:
+        report = (activity.info().workflow_run_id or "", event.holding)
+        if report in self.reported:
+            return
+        self.reported.add(report)
         self.events.append(event)
         self.in_flight[event.kind] += 1 if event.holding else -1
         self.most_in_flight[event.kind] = max(
@@ -112,6 +125,7 @@ class Harness:
     task_queue: str
     semaphore_id: str
     recorder: HoldRecorder
+    started: list[WorkflowHandle[Any, Any]] = field(default_factory=list)
 
     async def start_semaphore(self, settings: SemaphoreSettings) -> WorkflowHandle[Any, Any]:
         return await self.client.start_workflow(
@@ -124,12 +138,22 @@ class Harness:
     async def start_holder(
         self, name: str, kind: PermitKind = "launch", hold_for: timedelta = timedelta(seconds=10)
     ) -> WorkflowHandle[Any, Any]:
-        return await self.client.start_workflow(
+        handle = await self.client.start_workflow(
             PermitHolderWorkflow.run,
             HoldInput(semaphore_id=self.semaphore_id, kind=kind, hold_for=hold_for),
             id=f"{self.semaphore_id}/{name}",
             task_queue=self.task_queue,
         )
+        self.started.append(handle)
+        return handle
+
+    async def terminate_all(self) -> None:
+        """Leaves nothing running: a workflow whose timer fires after its worker is gone
+        holds the shared time-skipping server's clock still for every later test."""
+        handles = [*self.started, self.client.get_workflow_handle(self.semaphore_id)]
+        for handle in handles:
+            with contextlib.suppress(RPCError):  # already closed, or never started
+                await handle.terminate("test over")
 
     async def view(self) -> SemaphoreView:
         return await self.client.get_workflow_handle(self.semaphore_id).query(
@@ -140,30 +164,33 @@ class Harness:
         return next(p for p in (await self.view()).pools if p.kind == kind)
 
     async def wait_for_pool(self, kind: PermitKind, *, held: int, waiting: int) -> None:
-        """Polls the query (no time skipping happens while the test polls)."""
+        """Polls the query (no time skipping happens while the test polls); the
+        semaphore may not exist yet when the first holder's request starts it."""
+        pool: PoolView | None = None
         for _ in range(400):
-            pool = await self.pool(kind)
-            if (pool.held, pool.waiting) == (held, waiting):
+            try:
+                pool = await self.pool(kind)
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+            if pool and (pool.held, pool.waiting) == (held, waiting):
                 return
             await asyncio.sleep(0.05)
         raise AssertionError(f"{kind} pool never reached {held} held, {waiting} waiting: {pool}")
 
+    async def finish(self, *handles: WorkflowHandle[Any, Any]) -> None:
+        """Waits for each holder in turn: each wait lets the time-skipping server skip
+        time, and concurrent waits upset its count of who holds time still. Bounded in
+        real time, so that a lost grant fails the test (with the semaphore's view)
+        instead of hanging it."""
+        for handle in handles:
+            try:
+                await asyncio.wait_for(handle.result(), timeout=RESULT_WAIT_S)
+            except TimeoutError:
+                raise AssertionError(f"{handle.id} never finished: {await self.view()}") from None
+
     async def run_histories(self) -> list[WorkflowHistory]:
-        """Histories of every run of the semaphore, first run first."""
-        handle = self.client.get_workflow_handle(self.semaphore_id)
-        first_run_id = (await handle.describe()).raw_description.workflow_execution_info
-        run_id: str | None = first_run_id.first_run_id or None
-        if run_id is None:
-            raise AssertionError("the server did not report the semaphore's first run id")
-        histories = []
-        while run_id:
-            history = await self.client.get_workflow_handle(
-                self.semaphore_id, run_id=run_id
-            ).fetch_history()
-            histories.append(history)
-            attrs = history.events[-1].workflow_execution_continued_as_new_event_attributes
-            run_id = attrs.new_execution_run_id or None
-        return histories
+        return await semaphore_run_histories(self.client, self.semaphore_id)
 
 
 async def acquires_and_grants(
@@ -198,9 +225,11 @@ def assert_fifo(acquires: list[AcquireRequest], grants: list[PermitGrant]) -> No
         assert granted == arrival
 
 
-@pytest.fixture
-async def harness(time_skipping_env: WorkflowEnvironment) -> Any:
-    client = time_skipping_env.client
+@contextlib.asynccontextmanager
+async def running_harness(client: Client) -> AsyncIterator[Harness]:
+    """A worker on a fresh task queue hosting the semaphore, the holders and their
+    activities; the worker's own settings (launch=2, job=3) apply when the first
+    acquire starts the semaphore."""
     suffix = uuid.uuid4().hex[:8]
     task_queue = f"semaphore-{suffix}"
     recorder = HoldRecorder()
@@ -211,6 +240,7 @@ async def harness(time_skipping_env: WorkflowEnvironment) -> Any:
         client,
         task_queue=task_queue,
         workflows=[LaunchSemaphoreWorkflow, PermitHolderWorkflow],
+        workflow_runner=SANDBOX,
         activities=[
             activities.request_permit,
             activities.find_closed_permit_holders,
@@ -218,10 +248,33 @@ async def harness(time_skipping_env: WorkflowEnvironment) -> Any:
         ],
         max_concurrent_activities=100,
     ):
-        yield Harness(client, task_queue, f"launch-semaphore-{suffix}", recorder)
-        semaphore = client.get_workflow_handle(f"launch-semaphore-{suffix}")
-        if (await semaphore.describe()).status == WorkflowExecutionStatus.RUNNING:
-            await semaphore.terminate("test over")
+        harness = Harness(client, task_queue, f"launch-semaphore-{suffix}", recorder)
+        try:
+            yield harness
+        finally:
+            await harness.terminate_all()
+
+
+@pytest.fixture
+async def harness(time_skipping_env: WorkflowEnvironment) -> AsyncIterator[Harness]:
+    async with running_harness(time_skipping_env.client) as harness:
+        yield harness
+
+
+@pytest.fixture
+async def dev_server_harness() -> AsyncIterator[Harness]:
+    """The dev server, with the custom search attributes the embedded control plane
+    registers (the time-skipping server has none)."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(Path(sys.executable).parent / "temporal"),
+        data_converter=pydantic_data_converter,
+        search_attributes=[LAUNCH_HOLDERS_ATTRIBUTE, LAUNCH_WAITING_ATTRIBUTE],
+    )
+    try:
+        async with running_harness(env.client) as harness:
+            yield harness
+    finally:
+        await env.shutdown()
 
 
 async def test_fifo_and_never_more_than_the_limit(harness: Harness) -> None:
@@ -237,7 +290,7 @@ async def test_fifo_and_never_more_than_the_limit(harness: Harness) -> None:
 
     watcher = asyncio.create_task(watch())
     try:
-        await asyncio.gather(*(h.result() for h in holders))
+        await harness.finish(*holders)
     finally:
         watcher.cancel()
 
@@ -265,11 +318,27 @@ async def test_terminated_holder_permit_is_reclaimed(harness: Harness) -> None:
     await harness.wait_for_pool("launch", held=2, waiting=1)
 
     await stuck[0].terminate("killed mid-hold")
-    await patient.result()  # time skips to the next reclaim sweep
+    await harness.finish(patient)  # time skips to the next reclaim sweep
 
     pool = await harness.pool("launch")
     assert [h.request.holder_id for h in pool.holders] == [stuck[1].id]
     assert pool.waiting == 0
+
+
+async def test_permit_of_a_dead_holder_whose_id_was_reused_is_reclaimed(
+    harness: Harness,
+) -> None:
+    await harness.start_semaphore(SemaphoreSettings(limits=PermitLimits(launch=1)))
+    dead = await harness.start_holder("reused", hold_for=timedelta(days=365))
+    await harness.wait_for_pool("launch", held=1, waiting=0)
+    await dead.terminate("killed mid-hold")
+    # A new workflow with the same id is running, but it is not the holder.
+    successor = await harness.start_holder("reused")
+    await harness.wait_for_pool("launch", held=1, waiting=1)
+
+    await harness.finish(successor)
+    # The dead holder reported holding and never let go; then the successor held.
+    assert [e.holding for e in harness.recorder.events] == [True, True, False]
 
 
 async def test_cancelled_waiter_withdraws_its_request(harness: Harness) -> None:
@@ -281,9 +350,17 @@ async def test_cancelled_waiter_withdraws_its_request(harness: Harness) -> None:
 
     await impatient.cancel()
     await harness.wait_for_pool("launch", held=1, waiting=0)
-    await first.result()
+    await harness.finish(first)
     await harness.wait_for_pool("launch", held=0, waiting=0)
     assert [e.holder_id for e in harness.recorder.events] == [first.id, first.id]
+
+
+async def test_release_after_the_semaphore_is_gone(harness: Harness) -> None:
+    semaphore = await harness.start_semaphore(SemaphoreSettings())
+    holder = await harness.start_holder("orphan", hold_for=timedelta(hours=1))
+    await harness.wait_for_pool("launch", held=1, waiting=0)
+    await semaphore.terminate("operator removed it")
+    await harness.finish(holder)  # the release finds no semaphore, and the holder still succeeds
 
 
 async def test_duplicate_acquires_and_unknown_releases(harness: Harness) -> None:
@@ -302,7 +379,7 @@ async def test_duplicate_acquires_and_unknown_releases(harness: Harness) -> None
     await semaphore.signal(ACQUIRE_SIGNAL, late)
     await harness.wait_for_pool("launch", held=1, waiting=0)
 
-    await holder.result()
+    await harness.finish(holder)
     await harness.wait_for_pool("launch", held=0, waiting=0)
     acquires, grants = await acquires_and_grants(harness.client, await harness.run_histories())
     assert [a.request_id for a in acquires] == [held.request.request_id] * 2 + ["late"]
@@ -312,15 +389,18 @@ async def test_duplicate_acquires_and_unknown_releases(harness: Harness) -> None
 async def test_job_slots_limit_independently(harness: Harness) -> None:
     await harness.start_semaphore(SemaphoreSettings(limits=PermitLimits(launch=1, job=3)))
     jobs = await asyncio.gather(
-        *(harness.start_holder(f"job{i}", kind="job", hold_for=timedelta(hours=1)) for i in range(6))
+        *(
+            harness.start_holder(f"job{i}", kind="job", hold_for=timedelta(hours=1))
+            for i in range(6)
+        )
     )
     await harness.wait_for_pool("job", held=3, waiting=3)
     launches = await asyncio.gather(*(harness.start_holder(f"launch{i}") for i in range(3)))
-    await asyncio.gather(*(h.result() for h in launches))  # not held up by waiting jobs
+    await harness.finish(*launches)  # not held up by waiting jobs
 
     pool = await harness.pool("job")
     assert (pool.held, pool.waiting) == (3, 3)
-    await asyncio.gather(*(h.result() for h in jobs))
+    await harness.finish(*jobs)
     assert harness.recorder.most_in_flight == Counter({"job": 3, "launch": 1})
     acquires, grants = await acquires_and_grants(harness.client, await harness.run_histories())
     assert len(grants) == 9
@@ -334,7 +414,7 @@ async def test_waiters_survive_continue_as_new(harness: Harness) -> None:
     holders = await asyncio.gather(
         *(harness.start_holder(f"w{i}", hold_for=timedelta(seconds=1)) for i in range(200))
     )
-    await asyncio.gather(*(h.result() for h in holders))
+    await harness.finish(*holders)
 
     histories = await harness.run_histories()
     assert len(histories) > 2, "the semaphore never continued as new"
@@ -348,33 +428,63 @@ async def test_waiters_survive_continue_as_new(harness: Harness) -> None:
     assert (final.held, final.waiting) == (0, 0)
 
 
+async def test_launch_counts_are_published_as_search_attributes(
+    dev_server_harness: Harness,
+) -> None:
+    harness = dev_server_harness
+    semaphore = await harness.start_semaphore(
+        SemaphoreSettings(limits=PermitLimits(launch=1), publish_search_attributes=True)
+    )
+    await harness.start_holder("holder", hold_for=timedelta(hours=1))
+    await harness.start_holder("waiter")
+    await harness.wait_for_pool("launch", held=1, waiting=1)
+    for _ in range(400):
+        attributes = (await semaphore.describe()).typed_search_attributes
+        counts = (
+            attributes.get(LAUNCH_HOLDERS_ATTRIBUTE),
+            attributes.get(LAUNCH_WAITING_ATTRIBUTE),
+        )
+        if counts == (1, 1):
+            break
+        await asyncio.sleep(0.05)
+    assert counts == (1, 1)
+
+
 async def record_history(harness: Harness) -> WorkflowHistory:
-    """A short run that exercises grants, a reclaim sweep and continue-as-new."""
+    """A short scenario whose first semaphore run sees acquires from both pools, grants,
+    releases, a reclaim sweep that frees a terminated holder's permit, and ends in
+    continue-as-new. Saved under ORCH_RECORD_HISTORIES=1 (tests/workflows/histories.py)."""
     await harness.start_semaphore(
-        SemaphoreSettings(limits=PermitLimits(launch=1, job=1), max_events_per_run=60)
+        SemaphoreSettings(limits=PermitLimits(launch=1, job=1), max_events_per_run=80)
     )
     stuck = await harness.start_holder("stuck", hold_for=timedelta(days=1))
     await harness.wait_for_pool("launch", held=1, waiting=0)
-    others = [await harness.start_holder(f"o{i}", kind=k) for i, k in enumerate(["launch", "job"] * 3)]
+    kinds: list[PermitKind] = ["launch", "job"] * 3
+    others = [await harness.start_holder(f"o{i}", kind=kind) for i, kind in enumerate(kinds)]
     await stuck.terminate("killed mid-hold")
-    await asyncio.gather(*(h.result() for h in others))
-    return (await harness.run_histories())[0]
+    await harness.finish(*others)
+    first_run = (await harness.run_histories())[0]
+    await save_with_children(
+        harness.client,
+        harness.client.get_workflow_handle(harness.semaphore_id, run_id=first_run.run_id),
+        HISTORY_NAME,
+    )
+    return first_run
 
 
 async def test_replay_recorded_history(harness: Harness) -> None:
     fresh = await record_history(harness)
-    assert any(
-        e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
-        for e in fresh.events
-    )
-    if os.environ.get(RECORD_ENV) == "1":
-        HISTORY_FILE.parent.mkdir(exist_ok=True)
-        HISTORY_FILE.write_text(json.dumps(json.loads(fresh.to_json()), indent=1) + "\n")
+    event_types = {e.event_type for e in fresh.events}
+    assert {
+        EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
+        EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+    } <= event_types
 
     replayer = Replayer(
         workflows=[LaunchSemaphoreWorkflow], data_converter=harness.client.data_converter
     )
-    recorded = WorkflowHistory.from_json("launch-semaphore", HISTORY_FILE.read_text())
+    recorded = load(DIRECTORY / f"{HISTORY_NAME}.json")
     for history in (fresh, recorded):
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None
