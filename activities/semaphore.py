@@ -14,13 +14,13 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.launch_semaphore import (
+from orch.semaphore import (
     ACQUIRE_SIGNAL,
     FIND_CLOSED_HOLDERS_ACTIVITY,
+    LAUNCH_SEMAPHORE_WORKFLOW,
     REQUEST_PERMIT_ACTIVITY,
     AcquireRequest,
     LaunchSemaphoreInput,
-    LaunchSemaphoreWorkflow,
     PermitRequest,
     SemaphoreSettings,
 )
@@ -47,7 +47,7 @@ class SemaphoreActivities:
         """Signal-with-start: queues the acquire, starting the semaphore if none runs.
         Safe to retry: the semaphore ignores a request id it has seen."""
         await self._client.start_workflow(
-            LaunchSemaphoreWorkflow.run,
+            LAUNCH_SEMAPHORE_WORKFLOW,
             LaunchSemaphoreInput(settings=self._settings),
             id=permit.semaphore_id,
             task_queue=self._semaphore_task_queue or activity.info().task_queue,

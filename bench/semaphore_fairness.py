@@ -43,14 +43,11 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.semaphore import SemaphoreActivities
+from orch.semaphore import RELEASE_SIGNAL, PermitKind, PermitLimits, SemaphoreSettings
 from workflows.launch_semaphore import (
     LAUNCH_HOLDERS_ATTRIBUTE,
     LAUNCH_WAITING_ATTRIBUTE,
-    RELEASE_SIGNAL,
     LaunchSemaphoreWorkflow,
-    PermitKind,
-    PermitLimits,
-    SemaphoreSettings,
 )
 from workflows.permits import acquire_permit
 

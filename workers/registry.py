@@ -10,10 +10,11 @@ from temporalio.client import Client
 
 from activities import managed_job, plan, provision, runtime
 from activities.semaphore import SemaphoreActivities
+from orch.semaphore import PermitLimits, SemaphoreSettings
 from workflows.cluster import ClusterWorkflow
 from workflows.failover import FailoverWorkflow
 from workflows.launch import LaunchWorkflow
-from workflows.launch_semaphore import LaunchSemaphoreWorkflow, PermitLimits, SemaphoreSettings
+from workflows.launch_semaphore import LaunchSemaphoreWorkflow
 from workflows.managed_job import ManagedJobWorkflow
 from workflows.managed_job_ids import ManagedJobIdsWorkflow
 from workflows.teardown import TeardownWorkflow

@@ -35,7 +35,7 @@ from temporalio.exceptions import ApplicationError
 # Passed through: the sandbox would otherwise rebuild these pydantic models for every
 # run of every holder workflow, which costs a noticeable slice of a workflow task.
 with workflow.unsafe.imports_passed_through():
-    from workflows.launch_semaphore import (
+    from orch.semaphore import (
         GRANT_SIGNAL,
         LAUNCH_SEMAPHORE_ID,
         RELEASE_SIGNAL,

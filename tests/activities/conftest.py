@@ -28,14 +28,10 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from orch.clouds.base import TAG_CLUSTER
+from orch.semaphore import LAUNCH_SEMAPHORE_ID, REQUEST_PERMIT_ACTIVITY, SemaphoreSettings
 from tests.clouds.aws.conftest import aws_env, front, moto_url  # noqa: F401 (fixtures)
 from tests.fakes.ec2_fault_front import EC2FaultFront
 from workers.registry import PLAIN_ACTIVITIES, WORKFLOWS, client_activities
-from workflows.launch_semaphore import (
-    LAUNCH_SEMAPHORE_ID,
-    REQUEST_PERMIT_ACTIVITY,
-    SemaphoreSettings,
-)
 
 # Regions and zones that both orch's catalog (m6id.large) and moto know.
 EAST_1, EAST_2 = "us-east-1", "us-east-2"

@@ -36,10 +36,10 @@ from orch.clouds.base import ClusterInfo, InstanceStatus, NodeInfo, ProvisionRec
 from orch.failover_rules import Candidate
 from orch.records import ClusterInput
 from orch.runtime.jobs import JobRecord
+from orch.semaphore import LAUNCH_SEMAPHORE_ID, SemaphoreSettings
 from orch.status import JobStatus
 from workers.registry import WORKFLOWS, client_activities
 from workflows.cluster import ClusterWorkflow
-from workflows.launch_semaphore import LAUNCH_SEMAPHORE_ID, SemaphoreSettings
 
 
 class ClusterTestbed:

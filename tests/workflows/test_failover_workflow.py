@@ -12,11 +12,11 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from orch.failover_rules import HISTORY_HEADERS, Candidate, FailoverAttempt, history_rows
+from orch.semaphore import LAUNCH_SEMAPHORE_ID, PERMITS_QUERY, SemaphoreView
 from orch.spec import Task
 from tests.workflows.fake_cloud import FakeCloud, fake_cloud_worker
 from tests.workflows.histories import save_with_children
 from workflows.failover import RETRY_ROUND_S, FailoverInput, FailoverWorkflow
-from workflows.launch_semaphore import LAUNCH_SEMAPHORE_ID, PERMITS_QUERY, SemaphoreView
 
 TASK = Task(num_nodes=2, run="x")
 FIVE = [

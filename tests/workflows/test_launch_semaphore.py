@@ -32,17 +32,13 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.semaphore import SemaphoreActivities
 from bench.semaphore_fairness import semaphore_run_histories
-from tests.workflows.histories import DIRECTORY, load, save_with_children
-from workflows.launch_semaphore import (
+from orch.semaphore import (
     ACQUIRE_SIGNAL,
     GRANT_SIGNAL,
-    LAUNCH_HOLDERS_ATTRIBUTE,
-    LAUNCH_WAITING_ATTRIBUTE,
     PERMITS_QUERY,
     RELEASE_SIGNAL,
     AcquireRequest,
     LaunchSemaphoreInput,
-    LaunchSemaphoreWorkflow,
     PermitGrant,
     PermitKind,
     PermitLimits,
@@ -50,6 +46,12 @@ from workflows.launch_semaphore import (
     ReleaseRequest,
     SemaphoreSettings,
     SemaphoreView,
+)
+from tests.workflows.histories import DIRECTORY, load, save_with_children
+from workflows.launch_semaphore import (
+    LAUNCH_HOLDERS_ATTRIBUTE,
+    LAUNCH_WAITING_ATTRIBUTE,
+    LaunchSemaphoreWorkflow,
 )
 from workflows.permits import acquire_permit
 
