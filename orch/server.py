@@ -155,7 +155,10 @@ class ControlPlane:
         return state
 
     def _start_worker(self, state: ServerState) -> int:
-        env = {**os.environ, "TEMPORAL_ADDRESS": state.address, "PYTHONUNBUFFERED": "1"}
+        # The worker's sandboxes, keys and wheels live in this control plane's home, whatever
+        # the environment of the process that happens to start it.
+        env = {**os.environ, "TEMPORAL_ADDRESS": state.address, "PYTHONUNBUFFERED": "1",
+               "ORCH_HOME": str(self.dir.parent)}
         with open(self.dir / "worker.log", "ab") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "workers", "--address", state.address],
