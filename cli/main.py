@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from cli import catalog, clusters, lifecycle, server  # noqa: F401  (they register commands)
 from cli.app import app
+from cli.jobs import jobs_app
+
+app.add_typer(jobs_app, name="jobs")
 
 __all__ = ["app"]
 

@@ -20,7 +20,10 @@ worker, and only the running attempt is shown here).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
 import shlex
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -31,6 +34,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
@@ -63,6 +67,11 @@ from orch.spec import Task
 
 FOLLOW_POLL_S = 1.0
 NO_SUCH_JOB = "NoSuchJob"
+ALLOCATE_ATTEMPTS = 12
+ALLOCATE_RETRY_S = 0.2
+# What the server answers when the allocator has too many Updates in flight, or aborted
+# one (continue-as-new): worth another try.
+_BUSY = {RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.ABORTED}
 
 
 class CancelOutcome(BaseModel):
@@ -86,15 +95,34 @@ class ManagedJobs:
                                                  result_type=ManagedJobState)
 
     async def allocate_id(self) -> int:
-        """The next job id, from the allocator workflow (started on first use)."""
-        start: WithStartWorkflowOperation[JobIdsInput, None] = WithStartWorkflowOperation(
-            MANAGED_JOB_IDS_WORKFLOW, JobIdsInput(), id=MANAGED_JOB_IDS_WORKFLOW_ID,
-            task_queue=self.client.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        )
-        job_id: int = await self.temporal.execute_update_with_start_workflow(
-            ALLOCATE_UPDATE, start_workflow_operation=start, result_type=int)
-        return job_id
+        """The next job id, from the allocator workflow (started on first use).
+
+        A workflow takes at most 10 Updates in flight: when many clients launch at once
+        the server refuses the excess (or aborts an Update caught by a continue-as-new),
+        so the Update is retried with backoff, under one Update id so that a retry of an
+        Update that did run gets the same job id back."""
+        update_id = str(uuid.uuid4())
+        delay, attempts = ALLOCATE_RETRY_S, 0
+        while True:
+            start: WithStartWorkflowOperation[JobIdsInput, None] = WithStartWorkflowOperation(
+                MANAGED_JOB_IDS_WORKFLOW, JobIdsInput(), id=MANAGED_JOB_IDS_WORKFLOW_ID,
+                task_queue=self.client.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            )
+            try:
+                job_id: int = await self.temporal.execute_update_with_start_workflow(
+                    ALLOCATE_UPDATE, start_workflow_operation=start, id=update_id,
+                    result_type=int)
+                return job_id
+            except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+                with contextlib.suppress(Exception):  # the start's share of the failure
+                    await start.workflow_handle()
+                attempts += 1
+                busy = not isinstance(err, RPCError) or err.status in _BUSY
+                if not busy or attempts == ALLOCATE_ATTEMPTS:
+                    raise OrchError(f"no managed-job id could be allocated: {err}") from None
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 5.0)
 
     async def launch(self, tasks: list[Task], name: str | None = None) -> int:
         """Start a managed job running ``tasks`` one after another; returns its id.
@@ -156,11 +184,16 @@ class ManagedJobs:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise OrchError(f"no managed job {job_id}", NO_SUCH_JOB) from None
             raise
-        if description.status != WorkflowExecutionStatus.RUNNING:
-            return CancelOutcome(job_id=job_id, requested=False,
-                                 status=(await self.state(job_id)).status)
-        await handle.signal(CANCEL_SIGNAL)
-        return CancelOutcome(job_id=job_id, requested=True)
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            try:
+                await handle.signal(CANCEL_SIGNAL)
+                return CancelOutcome(job_id=job_id, requested=True)
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                # it ended between the two calls
+        return CancelOutcome(job_id=job_id, requested=False,
+                             status=(await self.state(job_id)).status)
 
     async def cancel_all(self) -> list[CancelOutcome]:
         running = [j.id for j in await self.queue() if not j.status.is_terminal]
@@ -187,8 +220,8 @@ class ManagedJobs:
                     if (run.index, attempt) in shown:
                         continue
                     if several:
-                        on_line(f"[orch] task {run.index} ({run.name or '-'}), "
-                                f"attempt {attempt}")
+                        on_line(f"[orch] task {run.index + 1}/{len(state.runs)} "
+                                f"({run.name or '-'}), attempt {attempt}")
                     live = (run.index == state.current_task and attempt == run.attempt
                             and run.stage == TaskStage.WATCH and run.cluster_up)
                     complete, printed = (await self._stream_from_head(run, follow, on_line)

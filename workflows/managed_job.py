@@ -1,0 +1,551 @@
+"""ManagedJobWorkflow ``job/<id>``: run a task, or a pipeline of tasks, to the end despite
+preemptions.
+
+For each task, in order: (once per job) wait for a job slot of the launch semaphore, held
+until the job ends → launch the task's own cluster ``job-<id>-<task>`` with LaunchWorkflow
+as a child (its FailoverWorkflow takes a launch permit per provisioning round, never
+during a wait) → submit the run as job 1 on that cluster → watch it with one long-running
+``watch_job`` activity → tear the cluster down with TeardownWorkflow. A task that does not
+succeed ends the pipeline; the tasks after it are CANCELLED.
+
+Recovery (rules in ``orch.managed_jobs``): when the watch reports the cluster lost, the
+cluster is torn down and relaunched per ``job_recovery.strategy`` (EAGER_NEXT_REGION: once
+anywhere but the lost region, then anywhere; FAILOVER: a few rounds in the same region,
+then anywhere). Failed launch rounds back off on a durable timer (60 s, x1.6, jitter,
+capped at 5x) holding no launch permit: the schedule state is then ALIVE_BACKOFF. A run
+that fails while its cluster is up is restarted on that cluster (setup again, the next
+job id there) up to ``max_restarts_on_errors`` times.
+
+Cancel is the ``cancel`` signal (what `orch jobs cancel` sends; Temporal's own workflow
+cancellation, e.g. from the Web UI, does the same). It sets a flag kept for the rest of
+the run and cancels the task running the pipeline, so it reaches whatever the job is
+waiting on: the slot, a launch child (which withdraws its permit request), a backoff
+timer, the watch. A child that swallows the cancellation and returns anyway is caught by
+the flag, checked after every launch round. The workflow then goes CANCELLING → tears
+the cluster down → CANCELLED, and completes normally with its final state.
+
+Every way out — success, failure, cancel, an orchestration step that failed for good
+(FAILED_CONTROLLER) — runs the same cleanup in a ``finally``, shielded from cancellation:
+tear down the current cluster (or, for a launch cut short before it said where it
+provisions, every region it could have used), give back the job slot. Teardown children
+are abandoned rather than terminated if this workflow is.
+
+The job's state is one model (``ManagedJobState``); the workflow continues as new with it
+when the history grows large, at points where nothing is in flight (before a watch or a
+launch round), holding the slot and the cluster across the switch. What the controller
+did is a small list of events in the state (``orch jobs logs --controller``); the job's
+output never enters the history. `orch status` lists the job's cluster from the search
+attributes upserted here; `orch jobs queue` reads the memo (a ``JobSummary``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    FailureError,
+    is_cancelled_exception,
+)
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.managed_job import WatchOutcome, WatchRequest, WatchResult, watch_job
+    from activities.plan import PlanRequest, plan_candidates
+    from activities.runtime import SubmitRequest, submit_job
+    from orch.managed_jobs import (
+        CANCEL_SIGNAL,
+        MEMO_SUMMARY,
+        RESTARTABLE,
+        STATE_QUERY,
+        EventKind,
+        LaunchFailure,
+        LaunchPhase,
+        ManagedJobInput,
+        ManagedJobState,
+        ManagedJobStatus,
+        ScheduleState,
+        TaskRun,
+        TaskStage,
+        backoff_delay,
+        classify_launch_failure,
+        describe_attempts,
+        first_launch_plan,
+        job_recovery,
+        new_state,
+        recovery_plan,
+        summarize,
+        task_status_for,
+    )
+    from orch.records import (
+        MANAGED_JOB_WORKFLOW,
+        PROGRESS_SIGNAL,
+        SA_CLOUD,
+        SA_CLUSTER,
+        SA_CLUSTER_STATUS,
+        SA_JOB_ID,
+        SA_JOB_STATUS,
+        SA_NUM_NODES,
+        SA_REGION,
+        SA_RESOURCES,
+        ClusterRecord,
+        LaunchInput,
+        LaunchProgress,
+        Placement,
+        TeardownInput,
+    )
+    from orch.runtime.jobs import WORKDIR, JobSpec
+    from orch.semaphore import LAUNCH_SEMAPHORE_ID
+    from orch.spec import Task
+    from orch.status import ClusterStatus, JobStatus
+    from workflows.cluster import DEFAULT_CPUS_PER_NODE, resources_summary
+    from workflows.launch import LaunchWorkflow
+    from workflows.options import CLOUD_CALL, error_details, error_message, error_type
+    from workflows.permits import Permit, acquire_permit
+    from workflows.teardown import TeardownWorkflow
+
+T = TypeVar("T")
+
+# The watch lasts as long as the job; heartbeats notice a dead worker, and retries (with
+# no limit) resume it from its heartbeat details on another. A minute, not the 20 s of
+# other long calls: every running job heartbeats, and at 2,000 jobs each heartbeat RPC
+# (sent every 0.8 x the timeout) is a cost the server pays all the time.
+WATCH_HEARTBEAT_TIMEOUT = timedelta(minutes=1)
+WATCH_CALL: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(days=365),
+    "heartbeat_timeout": WATCH_HEARTBEAT_TIMEOUT,
+    "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=5),
+                                maximum_interval=timedelta(minutes=1)),
+}
+
+
+def _failed_activity(error: BaseException) -> str:
+    """The type of the activity behind a (child workflow) failure, or ''."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ActivityError):
+            return cause.activity_type
+        cause = cause.__cause__
+    return ""
+
+
+@workflow.defn(name=MANAGED_JOB_WORKFLOW)
+class ManagedJobWorkflow:
+    @workflow.init
+    def __init__(self, request: ManagedJobInput) -> None:
+        self.input = request
+        self.tasks = request.tasks
+        self.state = request.state or new_state(request.job_id, request.name, request.tasks,
+                                                workflow.now())
+        self.continuing = False
+        self.cancel_requested = False
+        self.pipeline: asyncio.Future[None] | None = None
+        self.published: tuple[object, ...] | None = None
+
+    # -- queries and signals ------------------------------------------------------------
+    @workflow.query(name=STATE_QUERY)
+    def job_state(self) -> ManagedJobState:
+        return self.state
+
+    @workflow.signal(name=CANCEL_SIGNAL)
+    def cancel(self) -> None:
+        if self.cancel_requested:
+            return
+        self.cancel_requested = True
+        if self.pipeline is not None:
+            self.pipeline.cancel()
+
+    @workflow.signal(name=PROGRESS_SIGNAL)
+    def launch_progress(self, progress: LaunchProgress) -> None:
+        """LaunchWorkflow reports each step and where the cluster is as soon as it knows;
+        FailoverWorkflow reports each failover hop."""
+        run = self.state.current
+        self._event(EventKind.STEP, progress.step, run)
+        if progress.placement is not None:
+            run.placement = progress.placement
+        if progress.info is not None:
+            run.info = progress.info
+        if progress.gcs_address is not None:
+            run.gcs_address = progress.gcs_address
+        self._publish()
+
+    # -- the job's life -----------------------------------------------------------------
+    @workflow.run
+    async def run(self, request: ManagedJobInput) -> ManagedJobState:
+        if request.state is None:
+            self._event(EventKind.SUBMITTED, f"{len(self.tasks)} task(s)")
+        self._publish()
+        self.pipeline = asyncio.ensure_future(self._run_pipeline())
+        if self.cancel_requested:  # signalled before the first run started
+            self.pipeline.cancel()
+        try:
+            await self.pipeline
+        except (asyncio.CancelledError, FailureError) as err:
+            if self.cancel_requested or is_cancelled_exception(err):
+                self._set_status(ManagedJobStatus.CANCELLING, self.state.schedule_state)
+                self._event(EventKind.CANCELLING, "cancel requested")
+            else:  # an orchestration step failed for good
+                kind = error_type(err) or type(err).__name__
+                self.state.failure = self.state.current.failure = f"{kind}: {error_message(err)}"
+                self._set_status(ManagedJobStatus.FAILED_CONTROLLER, self.state.schedule_state)
+        finally:
+            if not self.continuing:
+                await self._shielded(self._finish())
+        return self.state
+
+    async def _run_pipeline(self) -> None:
+        state = self.state
+        if state.slot_request_id is None:
+            self._set_status(ManagedJobStatus.PENDING, ScheduleState.WAITING)
+            permit = await acquire_permit("job")
+            state.slot_request_id = permit.request_id
+            self._event(EventKind.SLOT, "got a job slot")
+        while True:
+            self._check_cancel()
+            run = state.current
+            status = await self._run_task(run, self.tasks[run.index])
+            run.status, run.stage, run.ended_at = status, TaskStage.DONE, workflow.now()
+            self._event(EventKind.TASK_ENDED, status, run)
+            await self._shielded(self._teardown(run))
+            if status != ManagedJobStatus.SUCCEEDED:
+                for later in state.runs[run.index + 1:]:
+                    later.status, later.stage = ManagedJobStatus.CANCELLED, TaskStage.DONE
+                state.failure = run.failure
+                self._set_status(status, state.schedule_state)
+                return
+            if state.current_task + 1 == len(state.runs):
+                self._set_status(ManagedJobStatus.SUCCEEDED, state.schedule_state)
+                return
+            state.current_task += 1
+
+    async def _finish(self) -> None:
+        """Leave nothing behind: the cluster torn down, the job slot given back."""
+        state = self.state
+        run = state.current
+        if run.placement is not None:
+            await self._teardown(run)
+        elif run.launching:
+            await self._sweep(run)
+        if state.status == ManagedJobStatus.CANCELLING:
+            for each in state.runs:
+                if not each.status.is_terminal:
+                    each.status, each.stage = ManagedJobStatus.CANCELLED, TaskStage.DONE
+            state.status = ManagedJobStatus.CANCELLED
+        if state.slot_request_id is not None:
+            slot = Permit(semaphore_id=LAUNCH_SEMAPHORE_ID, kind="job",
+                          request_id=state.slot_request_id)
+            try:
+                await slot.release()
+            except ApplicationError as err:  # no semaphore: nothing held there any more
+                workflow.logger.info("job slot not released: %s", err)
+            state.slot_request_id = None
+        state.ended_at = workflow.now()
+        self._event(EventKind.ENDED, f"job {state.status}")
+        self._set_status(state.status, ScheduleState.DONE)
+
+    # -- one task ---------------------------------------------------------------------
+    async def _run_task(self, run: TaskRun, task: Task) -> ManagedJobStatus:
+        if run.stage == TaskStage.PENDING:
+            run.stage, run.plan = TaskStage.LAUNCH, first_launch_plan(self.input.max_launch_rounds)
+        while True:
+            self._check_cancel()
+            if run.stage == TaskStage.LAUNCH:
+                final = await self._launch(run, task)
+                if final is not None:
+                    return final
+                continue
+            self._continue_as_new_if_due()
+            result = await self._watch(run)
+            if result.outcome == WatchOutcome.CLUSTER_LOST:
+                await self._recover(run, task, f"cluster {run.cluster_name} lost: {result.detail}")
+                continue
+            assert result.job_status is not None
+            limit = job_recovery(task).max_restarts_on_errors
+            if result.job_status in RESTARTABLE and run.restarts < limit:
+                await self._restart(run, task, f"the job ended {result.job_status}", limit)
+                continue
+            if result.job_status != JobStatus.SUCCEEDED:
+                run.failure = f"the job on {run.cluster_name} ended {result.job_status}"
+            return task_status_for(result.job_status)
+
+    async def _launch(self, run: TaskRun, task: Task) -> ManagedJobStatus | None:
+        """Run the task's launch plan from where it stands until a job is on a cluster
+        (None), or the plan is spent (the task's final status)."""
+        plan = run.plan
+        assert plan is not None
+        while True:
+            self._check_cancel()
+            self._continue_as_new_if_due()
+            if plan.next_round_at is not None:
+                wait = plan.next_round_at - workflow.now()
+                if wait > timedelta(0):
+                    await workflow.sleep(wait)
+                plan.next_round_at = None
+            phase = plan.current
+            status = ManagedJobStatus.RECOVERING if plan.recovering else ManagedJobStatus.STARTING
+            self._set_status(status, ScheduleState.LAUNCHING)
+            round_text = f" (round {plan.rounds + 1})" if plan.rounds else ""
+            self._event(EventKind.LAUNCHING,
+                        f"launching {run.cluster_name} {phase.where}{round_text}", run)
+            failure = await self._launch_round(run, LaunchInput(
+                cluster_name=run.cluster_name, task=task, placement=phase.pin,
+                blocklist=phase.blocklist, job_id=1,
+            ))
+            self._check_cancel()
+            if failure is None:
+                run.plan = None
+                await self._submit(run, task)
+                return None
+            kind, message = failure
+            if kind == LaunchFailure.SETUP:
+                run.plan = None
+                self._job_on_cluster(run, 1)  # recorded FAILED_SETUP there, with its output
+                return None
+            self._event(EventKind.LAUNCH_FAILED, message, run)
+            await self._shielded(self._teardown(run))
+            plan.rounds += 1
+            if kind == LaunchFailure.PRECHECK or (
+                phase.max_rounds is not None and plan.rounds >= phase.max_rounds
+            ):
+                if plan.phase + 1 < len(plan.phases):
+                    plan.phase, plan.rounds = plan.phase + 1, 0
+                    continue
+                run.failure = message
+                if kind == LaunchFailure.PRECHECK:
+                    return ManagedJobStatus.FAILED_PRECHECKS
+                return ManagedJobStatus.FAILED_NO_RESOURCE
+            delay = backoff_delay(plan.backoffs, workflow.random().random())
+            plan.backoffs += 1
+            plan.next_round_at = workflow.now() + delay
+            self._set_status(ManagedJobStatus.PENDING, ScheduleState.ALIVE_BACKOFF)
+            self._event(EventKind.BACKOFF, f"next launch round in {delay.total_seconds():g} s "
+                                           "(no launch permit held meanwhile)", run)
+
+    async def _launch_round(self, run: TaskRun, request: LaunchInput
+                            ) -> tuple[LaunchFailure, str] | None:
+        """One LaunchWorkflow; None when the cluster is up and set up."""
+        run.launching = True
+        try:
+            output = await workflow.execute_child_workflow(
+                LaunchWorkflow.run, request, id=self._child_id("launch", run)
+            )
+        except ChildWorkflowError as err:
+            if is_cancelled_exception(err):
+                raise
+            run.launching = False
+            details = error_details(err)
+            kind = classify_launch_failure(error_type(err), _failed_activity(err), details)
+            hops = describe_attempts(details)
+            message = f"{error_type(err) or 'LaunchFailed'}: {error_message(err)}"
+            return kind, message + (f" [{hops}]" if hops else "")
+        run.launching = False
+        run.placement, run.info, run.gcs_address = output.placement, output.info, output.gcs_address
+        run.cluster_up = True
+        run.resources = resources_summary(
+            ClusterRecord(name=run.cluster_name, placement=output.placement, info=output.info)
+        )
+        where = "/".join(p for p in (output.placement.cloud, output.placement.region,
+                                     output.placement.zone) if p)
+        done = "set up again" if request.reuse else "up"
+        self._event(EventKind.LAUNCHED, f"{run.cluster_name} {done} in {where}: {run.resources}",
+                    run)
+        self._publish()
+        return None
+
+    def _job_spec(self, run: TaskRun, task: Task, job_id: int) -> JobSpec:
+        info, gcs_address = run.info, run.gcs_address
+        assert info is not None and gcs_address is not None
+        envs = {**task.envs, "ORCH_MANAGED_JOB_ID": str(self.state.job_id),
+                "ORCH_MANAGED_TASK_INDEX": str(run.index)}
+        return JobSpec(
+            id=job_id, name=task.name, run=task.run or "", envs=envs, num_nodes=task.num_nodes,
+            cluster_ips=[n.internal_ip for n in info.nodes], cluster_name=run.cluster_name,
+            cpus_per_node=task.resources.min_cpus() or DEFAULT_CPUS_PER_NODE,
+            workdir=WORKDIR, gcs_address=gcs_address,
+        )
+
+    async def _submit(self, run: TaskRun, task: Task) -> None:
+        """Submit the run as the next job on the cluster; a head that cannot take it is a
+        lost cluster."""
+        job_id = run.cluster_job_id + 1
+        assert run.info is not None and run.info.head is not None
+        request = SubmitRequest(head=run.info.head, spec=self._job_spec(run, task, job_id))
+        try:
+            await workflow.execute_activity(submit_job, request, **CLOUD_CALL)
+        except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise
+            await self._recover(run, task, f"job could not be submitted: {error_message(err)}")
+            return
+        self._job_on_cluster(run, job_id)
+        self._set_status(ManagedJobStatus.RUNNING, ScheduleState.ALIVE)
+        self._event(EventKind.RUNNING, f"job {job_id} running on {run.cluster_name} "
+                                       f"(attempt {run.attempt})", run)
+
+    def _job_on_cluster(self, run: TaskRun, job_id: int) -> None:
+        now = workflow.now()
+        run.cluster_job_id, run.stage = job_id, TaskStage.WATCH
+        run.attempt += 1
+        run.started_at = run.started_at or now
+        self.state.started_at = self.state.started_at or now
+
+    async def _watch(self, run: TaskRun) -> WatchResult:
+        placement, info = run.placement, run.info
+        assert placement is not None and info is not None and info.head is not None
+        return await workflow.execute_activity(
+            watch_job,
+            WatchRequest(
+                job_id=self.state.job_id, task_index=run.index, attempt=run.attempt,
+                cluster_name=run.cluster_name, cloud=placement.cloud, region=placement.region,
+                head=info.head, num_nodes=len(info.nodes), cluster_job_id=run.cluster_job_id,
+                poll_interval_s=self.input.poll_interval_s,
+            ),
+            **WATCH_CALL,
+        )
+
+    async def _recover(self, run: TaskRun, task: Task, why: str) -> None:
+        """The cluster is lost: tear it down, plan the relaunch per the task's strategy."""
+        run.recoveries += 1
+        self._event(EventKind.PREEMPTED, f"{why}; recovery {run.recoveries} "
+                                         f"({job_recovery(task).strategy})", run)
+        self._set_status(ManagedJobStatus.RECOVERING, ScheduleState.LAUNCHING)
+        lost = run.placement
+        await self._shielded(self._teardown(run))
+        run.plan, run.stage = recovery_plan(task, lost), TaskStage.LAUNCH
+
+    async def _restart(self, run: TaskRun, task: Task, why: str, limit: int) -> None:
+        """The user's code failed on a cluster that is up: set up and run again there."""
+        run.restarts += 1
+        self._event(EventKind.RESTARTING, f"{why}; restart {run.restarts} of {limit}", run)
+        self._set_status(ManagedJobStatus.RECOVERING, ScheduleState.LAUNCHING)
+        job_id = run.cluster_job_id + 1
+        failure = await self._launch_round(run, LaunchInput(
+            cluster_name=run.cluster_name, task=task, placement=run.placement, reuse=run.info,
+            gcs_address=run.gcs_address, job_id=job_id,
+        ))
+        self._check_cancel()
+        if failure is None:
+            await self._submit(run, task)
+        elif failure[0] == LaunchFailure.SETUP:
+            self._job_on_cluster(run, job_id)
+        else:
+            await self._recover(run, task, f"restart on {run.cluster_name} failed: {failure[1]}")
+
+    async def _sweep(self, run: TaskRun) -> None:
+        """A launch cut short (cancelled) before it said where it provisions: terminate the
+        cluster's instances wherever the launch could have put them."""
+        phase = run.plan.current if run.plan is not None else LaunchPhase()
+        request = PlanRequest(task=self.tasks[run.index], blocklist=phase.blocklist,
+                              placement=phase.pin)
+        try:
+            candidates = await workflow.execute_activity(plan_candidates, request, **CLOUD_CALL)
+        except ActivityError:
+            candidates = []  # nowhere it could have provisioned
+        for cloud, region in dict.fromkeys((c.cloud, c.region) for c in candidates):
+            run.placement = Placement(cloud=cloud, region=region)
+            await self._teardown(run, quiet_if_empty=True)
+        run.launching = False
+
+    async def _teardown(self, run: TaskRun, quiet_if_empty: bool = False) -> None:
+        """Terminate the task's cluster, if any instance may exist; forget it either way."""
+        placement = run.placement
+        if placement is not None:
+            try:
+                result = await workflow.execute_child_workflow(
+                    TeardownWorkflow.run,
+                    TeardownInput(cluster_name=run.cluster_name, placement=placement,
+                                  info=run.info, terminate=True),
+                    id=self._child_id("down", run),
+                    parent_close_policy=ParentClosePolicy.ABANDON,
+                )
+                if result.instances or not quiet_if_empty:
+                    self._event(EventKind.TEARDOWN,
+                                "; ".join([result.message, *result.warnings]), run)
+            except ChildWorkflowError as err:
+                self._event(EventKind.TEARDOWN,
+                            f"teardown of {run.cluster_name} failed: {error_message(err)}; "
+                            f"instances tagged orch-cluster={run.cluster_name} may remain on "
+                            f"{placement.cloud}/{placement.region}", run)
+        run.placement = run.info = run.gcs_address = None
+        run.cluster_up, run.cluster_job_id, run.resources = False, 0, ""
+        self._publish()
+
+    # -- plumbing ------------------------------------------------------------------------
+    async def _shielded(self, work: Awaitable[T]) -> T:
+        """Run ``work`` to its end even if the job is cancelled meanwhile; the cancellation
+        is raised after it."""
+        task = asyncio.ensure_future(work)
+        cancelled = False
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError()
+        return task.result()
+
+    def _check_cancel(self) -> None:
+        """Raise the cancellation a child may have swallowed."""
+        if self.cancel_requested:
+            raise asyncio.CancelledError()
+
+    def _continue_as_new_if_due(self) -> None:
+        info = workflow.info()
+        if (info.is_continue_as_new_suggested()
+                or info.get_current_history_length() >= self.input.max_events_per_run):
+            self.continuing = True
+            workflow.continue_as_new(self.input.model_copy(update={"state": self.state}))
+
+    def _child_id(self, kind: str, run: TaskRun) -> str:
+        self.state.children += 1
+        return f"{workflow.info().workflow_id}/{kind}-{run.index}-{self.state.children}"
+
+    def _event(self, kind: EventKind, message: str, run: TaskRun | None = None) -> None:
+        task = run.index if run is not None else None
+        workflow.logger.info("job %s: %s %s", self.state.job_id, kind, message)
+        self.state.record(workflow.now(), kind, message, task)
+
+    def _set_status(self, status: ManagedJobStatus, schedule: ScheduleState) -> None:
+        self.state.status, self.state.schedule_state = status, schedule
+        if not self.state.current.status.is_terminal:
+            self.state.current.status = status
+        self._publish()
+
+    def _publish(self) -> None:
+        """The memo (for `orch jobs queue`) and, when enabled, the search attributes that
+        put the job's cluster in `orch status`; upserted only when they change."""
+        state, run = self.state, self.state.current
+        summary = summarize(state).model_dump(mode="json")
+        cluster_status = (ClusterStatus.UP if run.cluster_up
+                          else ClusterStatus.INIT if run.placement is not None else None)
+        current = (tuple(sorted(summary.items())), cluster_status, run.resources)
+        if current == self.published:
+            return
+        self.published = current
+        workflow.upsert_memo({MEMO_SUMMARY: summary})
+        if not self.input.publish_search_attributes:
+            return  # the time-skipping test server has no custom search attributes
+        updates: list[SearchAttributeUpdate] = [
+            SearchAttributeKey.for_keyword(SA_JOB_ID).value_set(str(state.job_id)),
+            SearchAttributeKey.for_keyword(SA_JOB_STATUS).value_set(state.status),
+        ]
+        cluster_keys = [SearchAttributeKey.for_keyword(k) for k in (
+            SA_CLUSTER, SA_CLUSTER_STATUS, SA_CLOUD, SA_REGION, SA_RESOURCES)]
+        nodes_key = SearchAttributeKey.for_int(SA_NUM_NODES)
+        if cluster_status is None or run.placement is None:
+            updates += [key.value_unset() for key in cluster_keys] + [nodes_key.value_unset()]
+        else:
+            values = [run.cluster_name, cluster_status, run.placement.cloud,
+                      run.placement.region, run.resources]
+            updates += [key.value_set(value) for key, value in zip(cluster_keys, values,
+                                                                   strict=True)]
+            updates.append(nodes_key.value_set(len(run.info.nodes) if run.info else 0))
+        workflow.upsert_search_attributes(updates)
