@@ -254,7 +254,7 @@ class JobIdsInput(BaseModel):
     """Input of the job-id allocator workflow (``managed-jobs``)."""
 
     next_id: int = Field(default=1, ge=1)
-    max_events_per_run: int = Field(default=4000, ge=50)
+    allocations_per_run: int = Field(default=500, ge=1)  # ~5 history events each
 
 
 class JobSummary(BaseModel):

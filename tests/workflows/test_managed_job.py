@@ -6,9 +6,13 @@ managed jobs need on top: ``JobCloud`` below): regions without capacity, preempt
 and jobs whose end the test scripts. The launch semaphore is the real one.
 
 Simulated time passes in two ways: the job's own durable timers (backoff) skip while the
-test awaits a result, and a "long" job's watch passes its hours by failing once per
-simulated hour with ``next_retry_delay`` (the worker watching it restarted), resuming
+test awaits a result, and a "long" job's watch passes its hours by failing once per six
+simulated hours with ``next_retry_delay`` (the worker watching it restarted), resuming
 from its heartbeat details each time, as the real watch does after a worker dies.
+
+At the end, the real ``watch_job`` activity runs (ActivityEnvironment) against real
+local-cloud nodes whose job table the test writes: copying output, resuming from its
+heartbeat details, and telling a lost cluster from a failed job.
 """
 
 from __future__ import annotations
@@ -745,14 +749,14 @@ async def test_job_ids_are_unique_and_consecutive_across_continue_as_new(
     harness: Harness,
 ) -> None:
     first = await harness.client.start_workflow(
-        ManagedJobIdsWorkflow.run, JobIdsInput(max_events_per_run=60), id="managed-jobs",
+        ManagedJobIdsWorkflow.run, JobIdsInput(allocations_per_run=10), id="managed-jobs",
         task_queue=harness.task_queue)
     ids: list[int] = []
     for wave in (5, 5, 5, 25):  # concurrent launches; 25 is more than 10 Updates in flight
         ids += await asyncio.gather(*(harness.jobs.allocate_id() for _ in range(wave)))
 
     assert sorted(ids) == list(range(1, 41))
-    assert len(await _run_histories(harness.client, first)) > 1
+    assert len(await _run_histories(harness.client, first)) > 2  # next id carried over
     latest = harness.client.get_workflow_handle("managed-jobs")
     await save_with_children(harness.client, latest, "managed_job_ids")
 
