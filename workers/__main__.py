@@ -14,7 +14,10 @@ from orch.client import connect_temporal
 from orch.config import TASK_QUEUE, TemporalSettings
 from workers.registry import WORKFLOWS, activities
 
-MAX_ACTIVITY_THREADS = 64
+# Blocking activities (cloud SDKs, SSH) run in threads; the managed-job watch is async and
+# holds its slot for a job's whole life, so the slot limit is far above the thread count.
+MAX_ACTIVITY_THREADS = 128
+MAX_CONCURRENT_ACTIVITIES = 4096
 
 
 async def run_worker(settings: TemporalSettings, task_queue: str = TASK_QUEUE) -> None:
@@ -30,7 +33,7 @@ async def run_worker(settings: TemporalSettings, task_queue: str = TASK_QUEUE) -
             workflows=WORKFLOWS,
             activities=activities(client),
             activity_executor=executor,
-            max_concurrent_activities=MAX_ACTIVITY_THREADS,
+            max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
         )
         async with worker:
             logging.info("orch worker polling %s on %s", task_queue, settings.address)
