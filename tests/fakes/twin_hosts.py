@@ -79,7 +79,7 @@ mount --bind {root}/home /home/{user}
 mount -t tmpfs -o mode=755 run /run
 mkdir -m 755 /run/sshd
 mount -t tmpfs -o mode=1777 shm /dev/shm
-mount --bind {root}/tmp /tmp
+{keep_under_tmp}mount --rbind {root}/tmp /tmp
 {sshd} -D -e &
 wait
 """
@@ -292,6 +292,15 @@ class TwinHost:
         os.chmod(self.home, 0o755)
         _chown_tree(self.home, uid)
 
+
+    def _keep_under_tmp(self) -> str:
+        """The image's packages stay visible when they live under /tmp (a checkout there):
+        bound into the machine's own /tmp before it replaces the host's."""
+        packages = self.image.site_packages.resolve()
+        if not packages.is_relative_to("/tmp"):
+            return ""
+        inside = self.root / "tmp" / packages.relative_to("/tmp")
+        return f"mkdir -p {inside}\nmount --bind {packages} {inside}\n"
     def start(self) -> None:
         if ipaddress.ip_address(self.ip) not in VPC_NETWORK:
             raise ValueError(f"{self.instance_id} has {self.ip}, outside {VPC_NETWORK}: "
@@ -299,7 +308,8 @@ class TwinHost:
         self._prepare()
         _run("ip", "netns", "add", self.netns)
         self.switch.plug(self.netns, self.ip)
-        boot = _BOOT.format(root=self.root, user=self.user, sshd=SSHD)
+        boot = _BOOT.format(root=self.root, user=self.user, sshd=SSHD,
+                            keep_under_tmp=self._keep_under_tmp())
         with open(self.root / "machine.log", "ab") as machine_log:
             self.process = subprocess.Popen(
                 ["ip", "netns", "exec", self.netns, "unshare", "--mount", "--pid", "--fork",
