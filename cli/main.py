@@ -8,10 +8,23 @@ from __future__ import annotations
 from cli import catalog, clusters, lifecycle, server  # noqa: F401  (they register commands)
 from cli.app import app
 from cli.jobs import jobs_app
+from orch.process_exit import exit_code, exit_without_finalizing
 
 app.add_typer(jobs_app, name="jobs")
 
-__all__ = ["app"]
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """The console script: run the app, then leave without interpreter finalization
+    (see ``orch.process_exit``), keeping the exit code the command chose."""
+    try:
+        app()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_code(exit_)
+    exit_without_finalizing(code)
+
 
 if __name__ == "__main__":
-    app()
+    main()

@@ -12,6 +12,7 @@ from temporalio.worker import Worker
 
 from orch.client import connect_temporal
 from orch.config import TASK_QUEUE, TemporalSettings
+from orch.process_exit import exit_without_finalizing
 from workers.registry import WORKFLOWS, activities
 
 # Blocking activities (cloud SDKs, SSH) run in threads; the managed-job watch is async and
@@ -53,6 +54,7 @@ def main() -> None:
     if not settings.address:
         parser.error("no Temporal address: pass --address or set TEMPORAL_ADDRESS")
     asyncio.run(run_worker(settings, args.task_queue))
+    exit_without_finalizing(0)
 
 
 if __name__ == "__main__":
