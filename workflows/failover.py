@@ -8,15 +8,20 @@ provision (all or nothing) → wait until running. A failure is turned into a bl
 that was ever up) and confirmed gone before the next try; then the optimizer is asked
 again with the grown blocklist. ``retry_until_up`` sleeps on a durable timer between
 rounds. The result, or the failure, carries every hop for the user.
+
+Cancellation (the launch was cancelled, or the managed job that started it) is not a
+failed attempt: the nodes the cut-short attempt may have made are removed, the permit
+is given back, and the cancellation propagates.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from pydantic import BaseModel, Field
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from activities.plan import PlanRequest, plan_candidates
@@ -66,6 +71,12 @@ class FailoverOutput(BaseModel):
     history: list[FailoverAttempt] = Field(default_factory=list)
 
 
+def _stop_if_cancelled() -> None:
+    """Raise the workflow's cancellation, which a call that completed after it absorbed."""
+    if workflow.cancellation_reason() is not None:
+        raise asyncio.CancelledError()
+
+
 @workflow.defn(name=FAILOVER_WORKFLOW)
 class FailoverWorkflow:
     def __init__(self) -> None:
@@ -81,7 +92,9 @@ class FailoverWorkflow:
         self.blocklist = request.blocklist
         rounds = 0
         while True:
+            await self._report(request, "waiting for a launch permit", waiting_for_permit=True)
             permit = await acquire_permit("launch")
+            await self._report(request, "got a launch permit", waiting_for_permit=False)
             try:
                 output = await self._round(request)
             finally:
@@ -164,13 +177,28 @@ class FailoverWorkflow:
             await self._report(request, f"provisioning on {where}"
                                + (f" (${candidate.price_per_hour:.2f}/h)"
                                   if candidate.price_per_hour else ""))
+            # A cancel waits for the call in flight to end before the cleanup: instances a
+            # RunInstances still under way creates after the terminate would leak. A call
+            # that then returns normally does not raise the cancel: _stop_if_cancelled does.
+            wait_for_it = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
             try:
-                await workflow.execute_activity(check_quota, provision, **CLOUD_CALL)
-                await workflow.execute_activity(run_instances, provision, **CLOUD_CALL)
-                await workflow.execute_activity(wait_running, instances, **LONG_CALL)
-                info = await workflow.execute_activity(get_cluster_info, instances, **CLOUD_CALL)
+                await workflow.execute_activity(check_quota, provision, **CLOUD_CALL,
+                                                cancellation_type=wait_for_it)
+                _stop_if_cancelled()
+                await workflow.execute_activity(run_instances, provision, **CLOUD_CALL,
+                                                cancellation_type=wait_for_it)
+                _stop_if_cancelled()
+                await workflow.execute_activity(wait_running, instances, **LONG_CALL,
+                                                cancellation_type=wait_for_it)
+                _stop_if_cancelled()
+                info = await workflow.execute_activity(get_cluster_info, instances,
+                                                       **CLOUD_CALL, cancellation_type=wait_for_it)
+                _stop_if_cancelled()
                 return FailoverOutput(placement=placement, info=info, history=self.history)
-            except ActivityError as err:
+            except (ActivityError, asyncio.CancelledError) as err:
+                if not isinstance(err, ActivityError) or is_cancelled_exception(err):
+                    await self._remove_partial(instances, request.was_up)
+                    raise
                 kind = error_type(err) or "Error"
                 details = error_details(err)
                 scope = BlockScope(details.get("scope", BlockScope.ZONE))
@@ -193,11 +221,12 @@ class FailoverWorkflow:
                     return None
         return None
 
-    async def _report(self, request: FailoverInput, step: str) -> None:
+    async def _report(self, request: FailoverInput, step: str,
+                      waiting_for_permit: bool | None = None) -> None:
         workflow.logger.info("%s", step)
         if request.report_to:
             await workflow.get_external_workflow_handle(request.report_to).signal(
-                PROGRESS_SIGNAL, LaunchProgress(step=step)
+                PROGRESS_SIGNAL, LaunchProgress(step=step, waiting_for_permit=waiting_for_permit)
             )
 
     async def _remove_partial(self, instances: InstancesRequest, was_up: bool) -> None:

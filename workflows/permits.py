@@ -17,15 +17,17 @@ A `Permit` is a pydantic model, so a holder that continues as new while holding 
 it to its next run and release it there: the semaphore identifies holders by workflow id
 and first run id, both kept across continue-as-new.
 
-If the calling workflow is cancelled while waiting, the request is withdrawn (or the
-permit given back, if the grant crossed the cancellation) before the cancellation
-propagates. A holder that closes without releasing is reclaimed by the semaphore's
-periodic check; releasing is still the fast path.
+If the calling workflow is cancelled while asking or waiting (the cancellation arrives
+as `asyncio.CancelledError`, or as the request activity's cancelled `ActivityError`), the
+request is withdrawn (or the permit given back, if the grant crossed the cancellation)
+before the error propagates; withdrawing a request the semaphore never received is
+harmless, and keeps a late acquire from being granted. A holder that closes without
+releasing is reclaimed by the semaphore's periodic check; releasing is still the fast
+path.
 """
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 from pydantic import BaseModel
@@ -106,7 +108,7 @@ async def acquire_permit(kind: PermitKind, *, semaphore_id: str = LAUNCH_SEMAPHO
             start_to_close_timeout=timedelta(seconds=30),
         )
         await workflow.wait_condition(lambda: request.request_id in inbox.granted)
-    except asyncio.CancelledError:
+    except BaseException:
         await permit.release()
         raise
     inbox.granted.discard(request.request_id)

@@ -8,8 +8,10 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.testing import WorkflowEnvironment
 
 from orch.failover_rules import HISTORY_HEADERS, Candidate, FailoverAttempt, history_rows
 from orch.semaphore import LAUNCH_SEMAPHORE_ID, PERMITS_QUERY, SemaphoreView
@@ -117,3 +119,30 @@ async def test_retry_until_up_sleeps_without_a_permit_and_succeeds_later(time_sk
     assert output.placement.zone == "us-east-1a"
     assert len(output.history) == 2  # round one's attempts are kept for the user
     assert cloud.calls.count("plan_candidates") >= 3
+
+
+async def test_cancel_mid_attempt_removes_its_nodes_and_is_not_a_failed_attempt(
+    dev_server: WorkflowEnvironment,  # real time: the cancel reaches a call in flight
+) -> None:
+    cloud = FakeCloud(FIVE)
+    booting = cloud.hold("wait_running")  # the nodes exist, and never come up
+    async with fake_cloud_worker(dev_server, cloud) as bed:
+        handle = await run_failover(dev_server, bed.task_queue)
+        while "wait_running" not in cloud.calls:
+            await asyncio.sleep(0.05)
+        assert cloud.instances["hop"]
+
+        await handle.cancel()
+        while not any(e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
+                      for e in (await handle.fetch_history()).events):
+            await asyncio.sleep(0.05)
+        booting.set()  # the call in flight returns; only then does the cleanup start
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+        semaphore = dev_server.client.get_workflow_handle(LAUNCH_SEMAPHORE_ID)
+        view: SemaphoreView = await semaphore.query(PERMITS_QUERY, result_type=SemaphoreView)
+
+    assert isinstance(failure.value.cause, CancelledError)
+    assert cloud.instances["hop"] == {}  # the half-made nodes were removed
+    assert cloud.calls.count("run_instances") == 1  # no next candidate was tried
+    assert next(p for p in view.pools if p.kind == "launch").held == 0

@@ -1,0 +1,30 @@
+"""Fixtures shared by the workflow tests."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from workflows.launch_semaphore import LAUNCH_HOLDERS_ATTRIBUTE, LAUNCH_WAITING_ATTRIBUTE
+
+
+@pytest.fixture
+async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
+    """A dev server of its own, with the semaphore's search attributes (the time-skipping
+    server has none). Also for tests whose activities outlive their workflow (a cancelled
+    call that returns later): the shared time-skipping server would then keep its clock
+    stopped for every later test."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(Path(sys.executable).parent / "temporal"),
+        data_converter=pydantic_data_converter,
+        search_attributes=[LAUNCH_HOLDERS_ATTRIBUTE, LAUNCH_WAITING_ATTRIBUTE],
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
