@@ -25,13 +25,17 @@ its own withdrawal (a cancelled activity still in flight) is not granted.
 Reclaiming permits of holders that closed without releasing: holders are not child
 workflows (they have parents of their own: ClusterWorkflow, ManagedJobWorkflow), so the
 semaphore checks on them. While at least one permit is held, a durable timer fires every
-``reclaim_interval``; then one ``find_closed_permit_holders`` activity describes every
-holder through the Temporal client and the semaphore frees the permits of holders that
+``reclaim_interval``; then one ``find_closed_permit_holders`` activity describes the
+holders through the Temporal client and the semaphore frees the permits of holders that
 are closed, unknown to the server, or whose workflow id now belongs to another run chain
-(the first run id differs). One activity per sweep keeps this workflow's history small
-whatever the number of holders; no timer runs while nothing is held. A holder that dies
-while still waiting is dropped when its turn comes: the grant signal fails with
-"external workflow not found" and the permit goes to the next waiter.
+(the first run id differs). Launch permits (a few, held for minutes) are always checked.
+Job slots are held by running managed jobs for hours, up to 2,000 of them, and those
+jobs give them back on every way out but termination; a leaked slot only matters to a
+job waiting for one, so job slots are checked only while a job waits (2,000 describe
+calls a minute otherwise, for nothing). One activity per sweep keeps this workflow's
+history small whatever the number of holders; no timer runs while nothing is held. A
+holder that dies while still waiting is dropped when its turn comes: the grant signal
+fails with "external workflow not found" and the permit goes to the next waiter.
 
 Continue-as-new: when the server suggests it or after ``max_events_per_run`` events,
 the workflow waits until every grant signal is delivered, no reclaim sweep is in flight
@@ -217,7 +221,8 @@ class LaunchSemaphoreWorkflow:
             await self._reclaim_closed_holders()
 
     async def _reclaim_closed_holders(self) -> None:
-        held = [h.request for h in self._state.all_holders()]
+        held = [h.request for kind in self._swept_kinds()
+                for h in self._state.pool(kind).holders]
         if not held:
             return
         self._reclaiming = True
@@ -236,6 +241,11 @@ class LaunchSemaphoreWorkflow:
         for request in held:
             if request.request_id in closed_ids:
                 self._finish(request.kind, request.request_id, why="holder closed")
+
+    def _swept_kinds(self) -> list[PermitKind]:
+        """Launch permits always; job slots only while a job waits for one."""
+        return [kind for kind in PERMIT_KINDS
+                if kind == "launch" or self._state.pool(kind).waiters]
 
     def _has_holders(self) -> bool:
         return bool(self._state.all_holders())

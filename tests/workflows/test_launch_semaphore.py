@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
@@ -34,14 +31,17 @@ from activities.semaphore import SemaphoreActivities
 from bench.semaphore_fairness import semaphore_run_histories
 from orch.semaphore import (
     ACQUIRE_SIGNAL,
+    FIND_CLOSED_HOLDERS_ACTIVITY,
     GRANT_SIGNAL,
     PERMITS_QUERY,
     RELEASE_SIGNAL,
+    REQUEST_PERMIT_ACTIVITY,
     AcquireRequest,
     LaunchSemaphoreInput,
     PermitGrant,
     PermitKind,
     PermitLimits,
+    PermitRequest,
     PoolView,
     ReleaseRequest,
     SemaphoreSettings,
@@ -128,6 +128,7 @@ class Harness:
     semaphore_id: str
     recorder: HoldRecorder
     started: list[WorkflowHandle[Any, Any]] = field(default_factory=list)
+    gated_requests: GatedRequests | None = None
 
     async def start_semaphore(self, settings: SemaphoreSettings) -> WorkflowHandle[Any, Any]:
         return await self.client.start_workflow(
@@ -227,30 +228,49 @@ def assert_fifo(acquires: list[AcquireRequest], grants: list[PermitGrant]) -> No
         assert granted == arrival
 
 
+@dataclass
+class GatedRequests:
+    """The request_permit activity held at a gate until the test opens it: lets a test
+    cancel a holder while its acquire is still on its way to the semaphore."""
+
+    inner: SemaphoreActivities
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @activity.defn(name=REQUEST_PERMIT_ACTIVITY)
+    async def request_permit(self, permit: PermitRequest) -> None:
+        self.started.set()
+        await self.gate.wait()
+        await self.inner.request_permit(permit)
+
+
 @contextlib.asynccontextmanager
-async def running_harness(client: Client) -> AsyncIterator[Harness]:
+async def running_harness(client: Client, *, gated: bool = False) -> AsyncIterator[Harness]:
     """A worker on a fresh task queue hosting the semaphore, the holders and their
     activities; the worker's own settings (launch=2, job=3) apply when the first
-    acquire starts the semaphore."""
+    acquire starts the semaphore. With ``gated`` the acquires wait at
+    ``harness.gated_requests``."""
     suffix = uuid.uuid4().hex[:8]
     task_queue = f"semaphore-{suffix}"
     recorder = HoldRecorder()
     activities = SemaphoreActivities(
         client, SemaphoreSettings(limits=PermitLimits(launch=2, job=3))
     )
+    gated_requests = GatedRequests(activities) if gated else None
     async with Worker(
         client,
         task_queue=task_queue,
         workflows=[LaunchSemaphoreWorkflow, PermitHolderWorkflow],
         workflow_runner=SANDBOX,
         activities=[
-            activities.request_permit,
+            gated_requests.request_permit if gated_requests else activities.request_permit,
             activities.find_closed_permit_holders,
             recorder.record_hold,
         ],
         max_concurrent_activities=100,
     ):
-        harness = Harness(client, task_queue, f"launch-semaphore-{suffix}", recorder)
+        harness = Harness(client, task_queue, f"launch-semaphore-{suffix}", recorder,
+                          gated_requests=gated_requests)
         try:
             yield harness
         finally:
@@ -264,19 +284,9 @@ async def harness(time_skipping_env: WorkflowEnvironment) -> AsyncIterator[Harne
 
 
 @pytest.fixture
-async def dev_server_harness() -> AsyncIterator[Harness]:
-    """The dev server, with the custom search attributes the embedded control plane
-    registers (the time-skipping server has none)."""
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(Path(sys.executable).parent / "temporal"),
-        data_converter=pydantic_data_converter,
-        search_attributes=[LAUNCH_HOLDERS_ATTRIBUTE, LAUNCH_WAITING_ATTRIBUTE],
-    )
-    try:
-        async with running_harness(env.client) as harness:
-            yield harness
-    finally:
-        await env.shutdown()
+async def dev_server_harness(dev_server: WorkflowEnvironment) -> AsyncIterator[Harness]:
+    async with running_harness(dev_server.client) as harness:
+        yield harness
 
 
 async def test_fifo_and_never_more_than_the_limit(harness: Harness) -> None:
@@ -327,6 +337,33 @@ async def test_terminated_holder_permit_is_reclaimed(harness: Harness) -> None:
     assert pool.waiting == 0
 
 
+async def test_job_slots_are_checked_only_while_a_job_waits(harness: Harness) -> None:
+    async def described_kinds() -> list[set[PermitKind]]:
+        """The kinds of the holders each reclaim sweep described, in order."""
+        sweeps = []
+        for history in await harness.run_histories():
+            for event in history.events:
+                scheduled = event.activity_task_scheduled_event_attributes
+                if (event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                        and scheduled.activity_type.name == FIND_CLOSED_HOLDERS_ACTIVITY):
+                    (holders,) = await harness.client.data_converter.decode(
+                        scheduled.input.payloads, [list[AcquireRequest]])
+                    sweeps.append({h.kind for h in holders})
+        return sweeps
+
+    await harness.start_semaphore(SemaphoreSettings(limits=PermitLimits(launch=1, job=1)))
+    running_job = await harness.start_holder("job", kind="job", hold_for=timedelta(minutes=10))
+    await harness.wait_for_pool("job", held=1, waiting=0)
+    launch = await harness.start_holder("launch", hold_for=timedelta(minutes=3))
+    await harness.finish(launch)  # minutes pass: sweeps of the launch permit only
+    assert await described_kinds() and all(k == {"launch"} for k in await described_kinds())
+
+    queued_job = await harness.start_holder("queued", kind="job")
+    await harness.wait_for_pool("job", held=1, waiting=1)
+    await harness.finish(running_job, queued_job)
+    assert any("job" in kinds for kinds in await described_kinds())
+
+
 async def test_permit_of_a_dead_holder_whose_id_was_reused_is_reclaimed(
     harness: Harness,
 ) -> None:
@@ -355,6 +392,35 @@ async def test_cancelled_waiter_withdraws_its_request(harness: Harness) -> None:
     await harness.finish(first)
     await harness.wait_for_pool("launch", held=0, waiting=0)
     assert [e.holder_id for e in harness.recorder.events] == [first.id, first.id]
+
+
+async def test_holder_cancelled_while_its_acquire_is_in_flight_withdraws_it(
+    dev_server: WorkflowEnvironment,
+) -> None:
+    # On the dev server: the gated request completes after its workflow closed.
+    async with running_harness(dev_server.client, gated=True) as harness:
+        gated = harness.gated_requests
+        assert gated is not None
+        await harness.start_semaphore(SemaphoreSettings(limits=PermitLimits(launch=1)))
+        hasty = await harness.start_holder("hasty")
+        await asyncio.wait_for(gated.started.wait(), timeout=RESULT_WAIT_S)
+
+        await hasty.cancel()  # the request activity is cancelled mid-call
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(hasty.result(), timeout=RESULT_WAIT_S)
+        gated.gate.set()  # ... and its acquire reaches the semaphore after the withdrawal
+
+        for _ in range(400):
+            acquires, grants = await acquires_and_grants(
+                harness.client, await harness.run_histories()
+            )
+            if acquires:
+                break
+            await asyncio.sleep(0.05)
+        assert len(acquires) == 1, "the late acquire never arrived"
+        assert grants == [], "a permit was granted to a holder that had withdrawn"
+        pool = await harness.pool("launch")
+        assert (pool.held, pool.waiting) == (0, 0)
 
 
 async def test_release_after_the_semaphore_is_gone(harness: Harness) -> None:
