@@ -16,11 +16,15 @@ the cluster's instances are still RUNNING; if not, the result is CLUSTER_LOST. A
 that stays unreadable for ``unreachable_limit_s`` while its instances run is treated the
 same (the cluster is unusable).
 
-The activity is async and holds no thread between polls; a separate loop heartbeats every
+The activity is async and holds no thread between polls; a poll runs on a thread pool of
+its own (``POLL_THREADS``, not the event loop's default pool of cpus + 4 threads, which a
+wave of unreachable heads would fill, stalling every other job's watch), and gives up
+connecting to a head after ``UNREACHABLE_AFTER_S``. A separate loop heartbeats every
 15 seconds even while a poll hangs. Its progress (log offset, since when the head has
 been unreadable, the last instance check) is in the heartbeat details, so an attempt
-retried after a worker died resumes where the last one stopped. It only reads, so running
-it twice is harmless.
+retried after a worker died resumes where the last one stopped (from where this worker's
+copy ends, if that is earlier: a retry on another machine copies the output from the
+start while the head lives). It only reads, so running it twice is harmless.
 """
 
 from __future__ import annotations
@@ -29,12 +33,14 @@ import asyncio
 import contextlib
 import shlex
 import time
+from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
+from activities.runtime import UNREACHABLE_AFTER_S
 from orch.clouds import get_provider
 from orch.clouds.base import InstanceStatus, NodeInfo
 from orch.clouds.errors import ProvisionError
@@ -47,6 +53,8 @@ from orch.status import JobStatus
 HEARTBEAT_EVERY_S = 15.0  # the SDK sends one per 48 s at most (0.8 x the 60 s timeout)
 FIRST_POLL_GAP_S = 1.0
 POLL_TIMEOUT_S = 60.0
+POLL_THREADS = 64  # polls are short; 2,000 jobs polled every 30 s make ~67 a second
+_POLLS = ThreadPoolExecutor(max_workers=POLL_THREADS, thread_name_prefix="watch-poll")
 
 
 class WatchRequest(BaseModel):
@@ -92,7 +100,7 @@ def _poll_head(request: WatchRequest, offset: int) -> JobPoll:
     command = (f"{shlex.quote(head.python)} -m orch.runtime.jobs poll "
                f"{request.cluster_job_id} --offset {offset}")
     try:
-        with runner_for(head) as runner:
+        with runner_for(head, connect_deadline=UNREACHABLE_AFTER_S) as runner:
             result = runner.run(command, timeout=POLL_TIMEOUT_S)
     except NodeUnreachableError as exc:
         raise _Unreadable(str(exc)) from exc
@@ -196,6 +204,8 @@ async def watch_job(request: WatchRequest) -> WatchResult:
     """Return when the job ended on its cluster or the cluster is lost (see the module)."""
     progress = _resumed_progress()
     log = attempt_log_path(orch_home(), request.job_id, request.task_index, request.attempt)
+    # Resumed on a worker whose copy is shorter (another machine): copy what it lacks.
+    progress.log_offset = min(progress.log_offset, log.stat().st_size if log.exists() else 0)
 
     async def heartbeat() -> None:
         while True:
@@ -206,7 +216,9 @@ async def watch_job(request: WatchRequest) -> WatchResult:
     gap = min(FIRST_POLL_GAP_S, request.poll_interval_s)  # 1, 2, 4... s up to the interval
     try:
         while True:
-            result, again = await asyncio.to_thread(check_once, request, progress, log)
+            result, again = await asyncio.get_running_loop().run_in_executor(
+                _POLLS, check_once, request, progress, log
+            )
             if result is not None:
                 activity.heartbeat(progress.model_dump(mode="json"))
                 return result

@@ -180,6 +180,8 @@ class LaunchProgress(BaseModel):
     placement: Placement | None = None
     info: ClusterInfo | None = None
     gcs_address: str | None = None
+    waiting_for_permit: bool | None = None
+    """True when the launch queues for a launch permit, False once it holds one."""
 
 
 class LaunchOutput(BaseModel):

@@ -58,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
         TeardownInput,
         TeardownResult,
     )
-    from orch.runtime.jobs import WORKDIR, JobSpec
+    from orch.runtime.jobs import JobSpec
     from orch.spec import Task
     from orch.status import ClusterStatus
     from workflows.launch import LaunchWorkflow
@@ -72,7 +72,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.teardown import TeardownWorkflow
 
-DEFAULT_CPUS_PER_NODE = 0.5  # a job's bundle when the task names no CPUs
 REFRESH_EVERY = timedelta(minutes=10)
 AUTOSTOP_RECHECK = timedelta(seconds=30)  # while jobs run, how often to look again
 MIN_TIMER = timedelta(seconds=1)
@@ -313,13 +312,7 @@ class ClusterWorkflow:
         info, gcs_address = self.state.info, self.state.gcs_address
         assert info is not None and info.head is not None and gcs_address is not None
         self.state.step = f"submitting job {job_id}"
-        spec = JobSpec(
-            id=job_id, name=task.name, run=task.run or "", envs=task.envs,
-            num_nodes=task.num_nodes, cluster_ips=[n.internal_ip for n in info.nodes],
-            cluster_name=self.state.name,
-            cpus_per_node=task.resources.min_cpus() or DEFAULT_CPUS_PER_NODE,
-            workdir=WORKDIR, gcs_address=gcs_address,
-        )
+        spec = JobSpec.for_task(task, job_id, self.state.name, info, gcs_address)
         await workflow.execute_activity(
             submit_job, SubmitRequest(head=info.head, spec=spec), **CLOUD_CALL
         )

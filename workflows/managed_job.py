@@ -4,9 +4,12 @@ preemptions.
 For each task, in order: (once per job) wait for a job slot of the launch semaphore, held
 until the job ends → launch the task's own cluster ``job-<id>-<task>`` with LaunchWorkflow
 as a child (its FailoverWorkflow takes a launch permit per provisioning round, never
-during a wait) → submit the run as job 1 on that cluster → watch it with one long-running
-``watch_job`` activity → tear the cluster down with TeardownWorkflow. A task that does not
-succeed ends the pipeline; the tasks after it are CANCELLED.
+during a wait; while it queues for one, the job is WAITING, as in SkyPilot's scheduler)
+→ submit the run as job 1 on that cluster → watch it with one long-running ``watch_job``
+activity → tear the cluster down with TeardownWorkflow. A task that does not succeed
+ends the pipeline; the tasks after it are CANCELLED. A cluster that came up but whose
+head refuses the job counts as a failed launch round (torn down, then backoff), so a
+head that keeps refusing is never relaunched in a tight loop.
 
 Recovery (rules in ``orch.managed_jobs``): when the watch reports the cluster lost, the
 cluster is torn down and relaunched per ``job_recovery.strategy`` (EAGER_NEXT_REGION: once
@@ -101,11 +104,11 @@ with workflow.unsafe.imports_passed_through():
         Placement,
         TeardownInput,
     )
-    from orch.runtime.jobs import WORKDIR, JobSpec
+    from orch.runtime.jobs import JobSpec
     from orch.semaphore import LAUNCH_SEMAPHORE_ID
     from orch.spec import Task
     from orch.status import ClusterStatus, JobStatus
-    from workflows.cluster import DEFAULT_CPUS_PER_NODE, resources_summary
+    from workflows.cluster import resources_summary
     from workflows.launch import LaunchWorkflow
     from workflows.options import CLOUD_CALL, error_details, error_message, error_type
     from workflows.permits import Permit, acquire_permit
@@ -124,6 +127,9 @@ WATCH_CALL: dict[str, Any] = {
     "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=5),
                                 maximum_interval=timedelta(minutes=1)),
 }
+
+# Waits before each new try of a teardown that failed (see ``_teardown``).
+TEARDOWN_RETRY_WAITS = (timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15))
 
 
 def _failed_activity(error: BaseException) -> str:
@@ -168,6 +174,15 @@ class ManagedJobWorkflow:
         FailoverWorkflow reports each failover hop."""
         run = self.state.current
         self._event(EventKind.STEP, progress.step, run)
+        if progress.waiting_for_permit is not None:
+            # Queued behind other launches, a job is WAITING, as in SkyPilot's scheduler.
+            recovering = self.state.status == ManagedJobStatus.RECOVERING
+            if progress.waiting_for_permit:
+                self._set_status(ManagedJobStatus.RECOVERING if recovering
+                                 else ManagedJobStatus.PENDING, ScheduleState.WAITING)
+            else:
+                self._set_status(ManagedJobStatus.RECOVERING if recovering
+                                 else ManagedJobStatus.STARTING, ScheduleState.LAUNCHING)
         if progress.placement is not None:
             run.placement = progress.placement
         if progress.info is not None:
@@ -300,9 +315,13 @@ class ManagedJobWorkflow:
             ))
             self._check_cancel()
             if failure is None:
-                run.plan = None
-                await self._submit(run, task)
-                return None
+                refused = await self._submit(run, task)
+                if refused is None:
+                    run.plan = None
+                    return None
+                # Up but unable to take the job: a failed round (backoff), not a lost
+                # cluster, or a head that keeps refusing would be relaunched in a loop.
+                failure = LaunchFailure.CLUSTER, refused
             kind, message = failure
             if kind == LaunchFailure.SETUP:
                 run.plan = None
@@ -360,20 +379,15 @@ class ManagedJobWorkflow:
         return None
 
     def _job_spec(self, run: TaskRun, task: Task, job_id: int) -> JobSpec:
-        info, gcs_address = run.info, run.gcs_address
-        assert info is not None and gcs_address is not None
-        envs = {**task.envs, "ORCH_MANAGED_JOB_ID": str(self.state.job_id),
-                "ORCH_MANAGED_TASK_INDEX": str(run.index)}
-        return JobSpec(
-            id=job_id, name=task.name, run=task.run or "", envs=envs, num_nodes=task.num_nodes,
-            cluster_ips=[n.internal_ip for n in info.nodes], cluster_name=run.cluster_name,
-            cpus_per_node=task.resources.min_cpus() or DEFAULT_CPUS_PER_NODE,
-            workdir=WORKDIR, gcs_address=gcs_address,
-        )
+        assert run.info is not None and run.gcs_address is not None
+        return JobSpec.for_task(task, job_id, run.cluster_name, run.info, run.gcs_address, {
+            "ORCH_MANAGED_JOB_ID": str(self.state.job_id),
+            "ORCH_MANAGED_TASK_INDEX": str(run.index),
+        })
 
-    async def _submit(self, run: TaskRun, task: Task) -> None:
-        """Submit the run as the next job on the cluster; a head that cannot take it is a
-        lost cluster."""
+    async def _submit(self, run: TaskRun, task: Task) -> str | None:
+        """Submit the run as the next job on the cluster; why, if the head could not
+        take it."""
         job_id = run.cluster_job_id + 1
         assert run.info is not None and run.info.head is not None
         request = SubmitRequest(head=run.info.head, spec=self._job_spec(run, task, job_id))
@@ -382,12 +396,12 @@ class ManagedJobWorkflow:
         except ActivityError as err:
             if is_cancelled_exception(err):
                 raise
-            await self._recover(run, task, f"job could not be submitted: {error_message(err)}")
-            return
+            return f"job could not be submitted: {error_message(err)}"
         self._job_on_cluster(run, job_id)
         self._set_status(ManagedJobStatus.RUNNING, ScheduleState.ALIVE)
         self._event(EventKind.RUNNING, f"job {job_id} running on {run.cluster_name} "
                                        f"(attempt {run.attempt})", run)
+        return None
 
     def _job_on_cluster(self, run: TaskRun, job_id: int) -> None:
         now = workflow.now()
@@ -432,7 +446,9 @@ class ManagedJobWorkflow:
         ))
         self._check_cancel()
         if failure is None:
-            await self._submit(run, task)
+            refused = await self._submit(run, task)
+            if refused is not None:
+                await self._recover(run, task, refused)
         elif failure[0] == LaunchFailure.SETUP:
             self._job_on_cluster(run, job_id)
         else:
@@ -454,25 +470,37 @@ class ManagedJobWorkflow:
         run.launching = False
 
     async def _teardown(self, run: TaskRun, quiet_if_empty: bool = False) -> None:
-        """Terminate the task's cluster, if any instance may exist; forget it either way."""
+        """Terminate the task's cluster, if any instance may exist; forget it either way.
+
+        A teardown that fails (its cloud calls kept failing through their own retries)
+        is tried again after each of TEARDOWN_RETRY_WAITS, on durable timers: a cloud
+        API outage of minutes must not leak the cluster. Only then is it given up, with
+        where its instances may remain in the controller log."""
         placement = run.placement
         if placement is not None:
-            try:
-                result = await workflow.execute_child_workflow(
-                    TeardownWorkflow.run,
-                    TeardownInput(cluster_name=run.cluster_name, placement=placement,
-                                  info=run.info, terminate=True),
-                    id=self._child_id("down", run),
-                    parent_close_policy=ParentClosePolicy.ABANDON,
-                )
+            for wait in (*TEARDOWN_RETRY_WAITS, None):
+                try:
+                    result = await workflow.execute_child_workflow(
+                        TeardownWorkflow.run,
+                        TeardownInput(cluster_name=run.cluster_name, placement=placement,
+                                      info=run.info, terminate=True),
+                        id=self._child_id("down", run),
+                        parent_close_policy=ParentClosePolicy.ABANDON,
+                    )
+                except ChildWorkflowError as err:
+                    then = (f"trying again in {wait}" if wait is not None else
+                            f"instances tagged orch-cluster={run.cluster_name} may remain "
+                            f"on {placement.cloud}/{placement.region}")
+                    self._event(EventKind.TEARDOWN, f"teardown of {run.cluster_name} failed: "
+                                                    f"{error_message(err)}; {then}", run)
+                    if wait is None:
+                        break
+                    await workflow.sleep(wait)
+                    continue
                 if result.instances or not quiet_if_empty:
                     self._event(EventKind.TEARDOWN,
                                 "; ".join([result.message, *result.warnings]), run)
-            except ChildWorkflowError as err:
-                self._event(EventKind.TEARDOWN,
-                            f"teardown of {run.cluster_name} failed: {error_message(err)}; "
-                            f"instances tagged orch-cluster={run.cluster_name} may remain on "
-                            f"{placement.cloud}/{placement.region}", run)
+                break
         run.placement = run.info = run.gcs_address = None
         run.cluster_up, run.cluster_job_id, run.resources = False, 0, ""
         self._publish()

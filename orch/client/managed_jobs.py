@@ -151,11 +151,7 @@ class ManagedJobs:
             if MEMO_SUMMARY not in memo:
                 continue
             summary = JobSummary.model_validate(memo[MEMO_SUMMARY])
-            ended_early = execution.status not in (WorkflowExecutionStatus.RUNNING,
-                                                   WorkflowExecutionStatus.COMPLETED)
-            if ended_early and not summary.status.is_terminal:  # terminated by an operator
-                summary.status = ManagedJobStatus.FAILED_CONTROLLER
-                summary.ended_at = execution.close_time
+            _mark_ended_early(summary, execution.status, execution.close_time)
             jobs[summary.id] = summary
         return sorted(jobs.values(), key=lambda j: j.id, reverse=True)
 
@@ -168,6 +164,7 @@ class ManagedJobs:
                 return await handle.result()
             state: ManagedJobState = await handle.query(STATE_QUERY,
                                                         result_type=ManagedJobState)
+            _mark_ended_early(state, description.status, description.close_time)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise OrchError(f"no managed job {job_id}", NO_SUCH_JOB) from None
@@ -270,3 +267,16 @@ class ManagedJobs:
             return
         for line in text.splitlines()[skip:]:
             on_line(line)
+
+
+def _mark_ended_early(job: JobSummary | ManagedJobState,
+                      status: WorkflowExecutionStatus | None, closed_at: datetime | None
+                      ) -> None:
+    """A job whose workflow closed without finishing it (an operator terminated it, or
+    it timed out) never reached a final status of its own: it is FAILED_CONTROLLER, so
+    that nothing follows it forever."""
+    ended_early = status not in (WorkflowExecutionStatus.RUNNING,
+                                 WorkflowExecutionStatus.COMPLETED)
+    if ended_early and not job.status.is_terminal:
+        job.status = ManagedJobStatus.FAILED_CONTROLLER
+        job.ended_at = closed_at

@@ -21,14 +21,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from orch.runtime.procfs import alive
 from orch.status import JobStatus
 
+if TYPE_CHECKING:  # not imported on the nodes, which only read specs
+    from orch.clouds.base import ClusterInfo
+    from orch.spec import Task
+
 JOBS_DIR = Path("~/.orch-node/jobs").expanduser()
 WORKDIR = "~/sky_workdir"  # SkyPilot's name, so tasks written for it find their files
+DEFAULT_CPUS_PER_NODE = 0.5  # a job's bundle on each node when the task names no CPUs
 FOLLOW_POLL_S = 0.2
 
 
@@ -42,9 +48,22 @@ class JobSpec(BaseModel):
     num_nodes: int = 1
     cluster_ips: list[str]  # every node of the cluster, head first: ranks follow this order
     cluster_name: str
-    cpus_per_node: float = 0.5
+    cpus_per_node: float = DEFAULT_CPUS_PER_NODE
     workdir: str | None = None  # on every node, e.g. ~/sky_workdir
     gcs_address: str
+
+    @classmethod
+    def for_task(cls, task: Task, job_id: int, cluster_name: str, info: ClusterInfo,
+                 gcs_address: str, extra_envs: dict[str, str] | None = None) -> JobSpec:
+        """Job ``job_id``: ``task``'s run command on the cluster ``info`` describes, in
+        the synced workdir, with the task's envs (and ``extra_envs`` over them)."""
+        return cls(
+            id=job_id, name=task.name, run=task.run or "",
+            envs={**task.envs, **(extra_envs or {})}, num_nodes=task.num_nodes,
+            cluster_ips=[node.internal_ip for node in info.nodes], cluster_name=cluster_name,
+            cpus_per_node=task.resources.min_cpus() or DEFAULT_CPUS_PER_NODE,
+            workdir=WORKDIR, gcs_address=gcs_address,
+        )
 
 
 class JobRecord(BaseModel):

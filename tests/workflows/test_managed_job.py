@@ -116,11 +116,13 @@ class JobCloud:
         ])
         self.launches: list[tuple[str, str]] = []  # (cluster, region) per provisioning
         self.starved: set[str] = set()  # clusters that find no capacity anywhere
+        self.full_regions: set[str] = set()  # regions where nobody finds capacity
         self.capacity_back_at: datetime | None = None  # no capacity anywhere until then
         self.plans: dict[str, list[JobPlan]] = defaultdict(list)  # per cluster, per submit
         self.jobs: dict[tuple[str, int], JobPlan] = {}  # submitted (cluster, job id)
         self.ended: dict[tuple[str, int], JobStatus] = {}
         self.setup_failures: dict[str, int] = defaultdict(int)
+        self.refused: set[str] = set()  # clusters whose head refuses every job
         self.held: dict[str, asyncio.Event] = {}
 
     @property
@@ -197,7 +199,8 @@ class JobCloud:
         async def run_instances(request: ProvisionRequest) -> ProvisionRecord:
             await self._enter("run_instances")
             config = request.config
-            if await self._no_capacity(config.cluster_name):
+            if (config.region in self.full_regions
+                    or await self._no_capacity(config.cluster_name)):
                 raise ApplicationError(
                     "We currently do not have sufficient m5.large capacity",
                     {"code": "InsufficientInstanceCapacity", "scope": "zone"},
@@ -235,6 +238,9 @@ class JobCloud:
         async def submit_job(request: SubmitRequest) -> JobRecord:
             await self._enter("submit_job")
             cluster = request.spec.cluster_name
+            if cluster in self.refused:
+                raise ApplicationError("the head refused the job: no Ray cluster here",
+                                       type="CommandError", non_retryable=True)
             scripts = self.plans[cluster]
             self.jobs[(cluster, request.spec.id)] = scripts.pop(0) if scripts else JobPlan()
             return JobRecord(id=request.spec.id, status=JobStatus.PENDING,
@@ -404,9 +410,11 @@ async def test_a_job_launches_runs_and_leaves_nothing_behind(harness: Harness) -
 
 # -- preemption and recovery -----------------------------------------------------------
 async def test_preemption_with_failover_relaunches_in_the_same_region(harness: Harness) -> None:
+    harness.cloud.full_regions.add(EAST)  # the job first lands in the dearer region
     job_id, handle = await harness.start(FAILOVER)
     cluster = f"job-{job_id}-0"
     await harness.until(handle, "RUNNING", running)
+    harness.cloud.full_regions.clear()  # the cheaper region has room again
 
     harness.cloud.preempt(cluster)
     state = await harness.until(handle, "the second attempt",
@@ -414,13 +422,13 @@ async def test_preemption_with_failover_relaunches_in_the_same_region(harness: H
     harness.cloud.finish(cluster)
     final = await harness.result(handle)
 
-    assert harness.cloud.launches == [(cluster, EAST), (cluster, EAST)]
-    assert state.runs[0].placement == Placement(cloud="aws", region=EAST,
+    assert harness.cloud.launches == [(cluster, WEST), (cluster, WEST)]
+    assert state.runs[0].placement == Placement(cloud="aws", region=WEST,
                                                 instance_type="m5.large")
     assert final.status == ManagedJobStatus.SUCCEEDED and final.recoveries == 1
     assert EventKind.PREEMPTED in kinds(final)
     launching = [e.message for e in final.events if e.kind == EventKind.LAUNCHING]
-    assert launching[1] == f"launching {cluster} in aws/{EAST} only"
+    assert launching[1] == f"launching {cluster} in aws/{WEST} only"
     assert harness.cloud.instances[cluster] == {}
     await save_with_children(harness.client, handle, "managed_job_failover")
 
@@ -564,6 +572,65 @@ async def test_no_capacity_backs_off_holding_no_permit_while_another_job_launche
     assert any(EAST in hop for hop in hops) and any(WEST in hop for hop in hops)
 
 
+async def test_a_head_that_refuses_the_job_is_a_failed_round_with_backoff(
+    harness: Harness,
+) -> None:
+    job_id, handle = await harness.start()
+    cluster = f"job-{job_id}-0"
+    harness.cloud.refused.add(cluster)  # the launch takes several calls before the submit
+    await harness.until(handle, "ALIVE_BACKOFF",
+                        lambda s: s.schedule_state == ScheduleState.ALIVE_BACKOFF)
+    assert len(harness.cloud.launches) == 1  # no relaunch before the backoff
+    assert not harness.cloud.instances[cluster]  # the refusing cluster was torn down
+
+    harness.cloud.refused.clear()
+    harness.cloud.plans[cluster] = [JobPlan(end=JobStatus.SUCCEEDED)]
+    final = await harness.result(handle)
+
+    assert final.status == ManagedJobStatus.SUCCEEDED
+    assert len(harness.cloud.launches) == 2
+    failed = next(e.message for e in final.events if e.kind == EventKind.LAUNCH_FAILED)
+    assert "could not be submitted" in failed
+    assert EventKind.PREEMPTED not in kinds(final) and final.runs[0].recoveries == 0
+
+
+async def test_a_failed_teardown_is_tried_again_until_the_cluster_is_gone(
+    harness: Harness,
+) -> None:
+    job_id, handle = await harness.start()
+    cluster = f"job-{job_id}-0"
+    await harness.until(handle, "RUNNING", running)
+    outage = ApplicationError("RequestLimitExceeded (scripted)", type="TransientError",
+                              non_retryable=True)
+    harness.cloud.base.fail("terminate_instances", outage, times=2)
+    harness.cloud.finish(cluster)
+
+    final = await harness.result(handle)
+
+    assert final.status == ManagedJobStatus.SUCCEEDED
+    assert not harness.cloud.instances[cluster]
+    assert harness.cloud.calls("terminate_instances") == 3
+    teardowns = [e.message for e in final.events if e.kind == EventKind.TEARDOWN]
+    assert [m for m in teardowns if "trying again" in m] == teardowns[:2]
+    assert "1 instance(s) terminated" in teardowns[2]
+
+
+async def test_a_job_whose_workflow_was_terminated_reads_as_failed_controller(
+    dev_server: WorkflowEnvironment,  # the terminated job's watch returns after it closed
+) -> None:
+    cloud = JobCloud(dev_server)
+    async with job_worker(dev_server, cloud, SemaphoreSettings()) as task_queue:
+        harness = Harness(dev_server, cloud, task_queue)
+        job_id, handle = await harness.start()
+        await harness.until(handle, "RUNNING", running)
+        await handle.terminate("an operator removed it")
+
+        state = await harness.jobs.state(job_id)  # what `orch jobs logs` follows
+
+    assert state.status == ManagedJobStatus.FAILED_CONTROLLER
+    assert state.ended_at is not None
+
+
 async def test_launch_rounds_run_out_as_failed_no_resource(harness: Harness) -> None:
     job_id, handle = await harness.start(max_launch_rounds=2)
     harness.cloud.starved.add(f"job-{job_id}-0")
@@ -635,6 +702,31 @@ async def test_cancel_while_waiting_for_a_job_slot(harness: Harness) -> None:
 
 @pytest.mark.parametrize("harness", [SemaphoreSettings(limits=PermitLimits(launch=1))],
                          indirect=True)
+async def test_a_job_queued_behind_another_launch_is_waiting_not_launching(
+    harness: Harness,
+) -> None:
+    provisioning = harness.cloud.hold("wait_running")  # the first job holds the permit
+    first_id, first = await harness.start()
+    await harness.until(first, "provisioning",
+                        lambda s: harness.cloud.calls("wait_running") > 0)
+    second_id, second = await harness.start()
+
+    queued = await harness.until(second, "queued for a launch permit", lambda s: any(
+        e.message == "waiting for a launch permit" for e in s.events))
+    assert (queued.status, queued.schedule_state) == (ManagedJobStatus.PENDING,
+                                                      ScheduleState.WAITING)
+    launching = await harness.state(first)
+    assert (launching.status, launching.schedule_state) == (ManagedJobStatus.STARTING,
+                                                            ScheduleState.LAUNCHING)
+    provisioning.set()
+    await harness.until(second, "RUNNING", running)
+    for job_id, handle in ((first_id, first), (second_id, second)):
+        harness.cloud.finish(f"job-{job_id}-0")
+        assert (await harness.result(handle)).status == ManagedJobStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize("harness", [SemaphoreSettings(limits=PermitLimits(launch=1))],
+                         indirect=True)
 async def test_cancel_while_launching_tears_down_and_gives_the_permit_back(
     harness: Harness,
 ) -> None:
@@ -645,16 +737,12 @@ async def test_cancel_while_launching_tears_down_and_gives_the_permit_back(
         await asyncio.sleep(0.02)
     assert harness.cloud.instances[f"job-{job_id}-0"]
 
-    async def let_the_other_candidate_provision() -> None:
-        # FailoverWorkflow takes the cancelled wait as a failed attempt and moves on to
-        # the next candidate (the cancellation does not stop it); let that one finish.
-        while harness.cloud.calls("wait_running") < 2:
-            await asyncio.sleep(0.02)
-        provisioning.set()
+    # The cancel reaches FailoverWorkflow, which removes the half-made nodes and stops:
+    # no other candidate is tried.
+    final = await _cancel_and_check(harness, job_id, handle)
+    provisioning.set()
 
-    final = await _cancel_and_check(harness, job_id, handle,
-                                    then=let_the_other_candidate_provision)
-
+    assert harness.cloud.calls("wait_running") == 1
     assert EventKind.RUNNING not in kinds(final) and harness.cloud.calls("submit_job") == 0
 
 
@@ -874,6 +962,20 @@ async def test_a_retried_watch_resumes_from_its_heartbeat_details(
 
     assert result.outcome == WatchOutcome.JOB_ENDED and result.job_status == JobStatus.FAILED
     assert saved.read_bytes() == b"line 1\nline 2\n"
+
+
+async def test_a_watch_resumed_on_another_machine_copies_the_output_from_the_start(
+    local_cloud: LocalProvider,
+) -> None:
+    request = watch_request(local_cloud)
+    HeadJob(request.head).set(JobStatus.SUCCEEDED, "line 1\nline 2\n")
+    env = ActivityEnvironment()  # the last attempt, elsewhere, had copied 7 bytes
+    env.info = dataclasses.replace(env.info, heartbeat_details=[{"log_offset": 7}])
+
+    result = await asyncio.wait_for(env.run(watch_job, request), 30)
+
+    assert result.job_status == JobStatus.SUCCEEDED
+    assert saved_output(request) == b"line 1\nline 2\n"
 
 
 async def test_a_node_that_disappears_under_a_running_job_is_a_lost_cluster(
