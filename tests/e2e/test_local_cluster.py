@@ -113,7 +113,8 @@ def test_setup_failure_reports_the_tail_and_keeps_the_cluster_up(orch: Orch, tmp
     result = orch("launch", "-c", "broken", str(task), check=False)
     assert result.returncode != 0
     assert "setup failed" in result.stderr and "no such package" in result.stderr
-    assert cluster_status(orch, "broken")["status"] == "UP"
+    broken = cluster_status(orch, "broken")
+    assert broken is not None and broken["status"] == "UP"
     assert orch.json("queue", "broken")[0]["status"] == "FAILED_SETUP"
     orch("down", "-y", "broken")
 

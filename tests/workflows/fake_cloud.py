@@ -13,6 +13,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
@@ -234,7 +235,7 @@ class FakeCloud:
             await self._enter("submit_job")
             self.submitted.append(request.spec.id)
             return JobRecord(id=request.spec.id, status=JobStatus.PENDING,
-                             submitted_at="2026-01-01T00:00:00Z")
+                             submitted_at=datetime(2026, 1, 1, tzinfo=UTC))
 
         @activity.defn(name="stop_ray")
         async def stop_ray(request: NodesRequest) -> list[str]:

@@ -71,6 +71,7 @@ async def test_launch_runs_the_steps_in_order_and_submits_job_1(harness: Harness
     assert result.job_id == 1 and result.provisioned
     assert result.record.status == ClusterStatus.UP
     assert result.record.placement == Placement(cloud="local", region="local")
+    assert result.record.info is not None
     assert [n.internal_ip for n in result.record.info.nodes] == ["10.0.0.1", "10.0.0.2"]
     assert result.record.gcs_address == "10.0.0.1:6380"
     await save_with_children(harness.env.client, handle, "cluster_launch")
