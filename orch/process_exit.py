@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import NoReturn
 
 
-def exit_without_finalizing(code: int) -> None:
+def exit_without_finalizing(code: int) -> NoReturn:
     """Flush what the process wrote, then end it with ``code``; never returns."""
     logging.shutdown()
     sys.stdout.flush()

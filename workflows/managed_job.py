@@ -176,13 +176,12 @@ class ManagedJobWorkflow:
         self._event(EventKind.STEP, progress.step, run)
         if progress.waiting_for_permit is not None:
             # Queued behind other launches, a job is WAITING, as in SkyPilot's scheduler.
-            recovering = self.state.status == ManagedJobStatus.RECOVERING
-            if progress.waiting_for_permit:
-                self._set_status(ManagedJobStatus.RECOVERING if recovering
-                                 else ManagedJobStatus.PENDING, ScheduleState.WAITING)
-            else:
-                self._set_status(ManagedJobStatus.RECOVERING if recovering
-                                 else ManagedJobStatus.STARTING, ScheduleState.LAUNCHING)
+            waiting = progress.waiting_for_permit
+            status = (ManagedJobStatus.RECOVERING
+                      if self.state.status == ManagedJobStatus.RECOVERING
+                      else ManagedJobStatus.PENDING if waiting else ManagedJobStatus.STARTING)
+            self._set_status(status,
+                             ScheduleState.WAITING if waiting else ScheduleState.LAUNCHING)
         if progress.placement is not None:
             run.placement = progress.placement
         if progress.info is not None:

@@ -7,8 +7,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -16,6 +18,18 @@ from orch.server import ControlPlane
 
 ORCH = str(Path(sys.executable).parent / "orch")
 REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 60, what: str = "condition") -> T:
+    """Poll ``predicate`` until it returns something true, and return that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Orch:
@@ -45,6 +59,10 @@ class Orch:
 
     def plane(self) -> ControlPlane:
         return ControlPlane(self.home)
+
+    def node_homes(self, cluster: str) -> list[str]:
+        """The sandbox of each node of a local-cloud cluster (none once it is gone)."""
+        return sorted(str(p) for p in (self.home / "local" / cluster).glob("*") if p.is_dir())
 
 
 @pytest.fixture(scope="session")

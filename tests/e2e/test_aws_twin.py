@@ -25,8 +25,7 @@ import pytest
 
 from orch.runtime.install import RECORD_FILE, VENV_DIR
 from tests.clouds.aws.conftest import cluster_instances, front, moto_url  # noqa: F401
-from tests.e2e.conftest import Orch
-from tests.e2e.test_local_cluster import wait_for
+from tests.e2e.conftest import Orch, wait_for
 from tests.fakes.ec2_fault_front import EC2FaultFront
 from tests.fakes.twin_hosts import VPC_NETWORK, Image, TwinWatcher, unavailable_reason
 

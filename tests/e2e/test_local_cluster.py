@@ -4,30 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from orch.runtime.local_processes import marked_pids
 from orch.runtime.procfs import alive
-from tests.e2e.conftest import Orch
+from tests.e2e.conftest import Orch, wait_for
 
 pytestmark = pytest.mark.e2e
-
-
-def node_homes(orch: Orch, cluster: str) -> list[str]:
-    return sorted(str(p) for p in (orch.home / "local" / cluster).glob("*") if p.is_dir())
-
-
-def wait_for(predicate, timeout: float = 60, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def cluster_status(orch: Orch, name: str) -> dict | None:
@@ -37,7 +22,7 @@ def cluster_status(orch: Orch, name: str) -> dict | None:
 def test_hello_walkthrough(orch: Orch) -> None:
     launched = orch("launch", "-c", "hello", "examples/hello.yaml")
     out = launched.stdout
-    homes = node_homes(orch, "hello")
+    homes = orch.node_homes("hello")
     assert len(homes) == 2
     ips = [Path(h, "node.json").read_text().split('"ip": "')[1].split('"')[0] for h in homes]
     for rank, ip in enumerate(ips):
@@ -46,6 +31,7 @@ def test_hello_walkthrough(orch: Orch) -> None:
     assert "Job 1 on hello: SUCCEEDED" in out
 
     status = wait_for(lambda: cluster_status(orch, "hello"), what="hello in status")
+    assert status is not None
     assert (status["status"], status["cloud"], status["num_nodes"]) == ("UP", "local", 2)
     assert "2x local" in orch("status").stdout
 
@@ -62,7 +48,7 @@ def test_hello_walkthrough(orch: Orch) -> None:
 
     orch("down", "-y", "hello")
     assert cluster_status(orch, "hello") is None
-    assert node_homes(orch, "hello") == []
+    assert orch.node_homes("hello") == []
     assert all(marked_pids(home) == [] for home in homes)
 
 
@@ -71,7 +57,7 @@ def test_a_long_job_is_cancelled_and_its_processes_killed(orch: Orch) -> None:
     submitted = orch("exec", "-d", "sleepy", "echo started; sleep 600; echo never")
     assert "Job 2 submitted" in submitted.stdout
     wait_for(lambda: orch.json("queue", "sleepy")[-1]["status"] == "RUNNING", what="RUNNING")
-    home = node_homes(orch, "sleepy")[0]
+    home = orch.node_homes("sleepy")[0]
     wait_for(lambda: any(b"sleep\x00600" in Path(f"/proc/{p}/cmdline").read_bytes()
                          for p in marked_pids(home) if Path(f"/proc/{p}").exists()),
              what="the job's sleep")
@@ -93,7 +79,7 @@ def test_a_long_job_is_cancelled_and_its_processes_killed(orch: Orch) -> None:
 def test_two_clusters_and_down_of_one_leaves_the_other_running(orch: Orch) -> None:
     orch("launch", "-c", "first", "echo one")
     orch("launch", "-c", "second", "--num-nodes", "2", "echo two")
-    first_homes, second_homes = node_homes(orch, "first"), node_homes(orch, "second")
+    first_homes, second_homes = orch.node_homes("first"), orch.node_homes("second")
     assert all(marked_pids(h) for h in first_homes + second_homes)  # Ray runs on every node
 
     orch("down", "-y", "first")
@@ -145,7 +131,7 @@ def test_a_worker_killed_during_launch_is_replaced_and_the_launch_completes(orch
     launch = orch.popen("launch", "-c", "phoenix", "--num-nodes", "2", "-d", "echo risen")
     plane = orch.plane()
     # Kill the worker while Ray is starting on the nodes (an activity in flight).
-    wait_for(lambda: any(marked_pids(h) for h in node_homes(orch, "phoenix")), timeout=120,
+    wait_for(lambda: any(marked_pids(h) for h in orch.node_homes("phoenix")), timeout=120,
              what="Ray starting on phoenix")
     state = plane.state()
     assert state is not None and state.worker_pid
@@ -156,7 +142,7 @@ def test_a_worker_killed_during_launch_is_replaced_and_the_launch_completes(orch
     output, _ = launch.communicate(timeout=300)
     assert launch.returncode == 0, output
     assert "Job 1 submitted" in output
-    assert len(node_homes(orch, "phoenix")) == 2  # nothing provisioned twice
+    assert len(orch.node_homes("phoenix")) == 2  # nothing provisioned twice
     assert orch("logs", "phoenix", "1").stdout.strip().endswith("risen") or \
         "risen" in orch("logs", "phoenix", "1").stdout
     orch("down", "-y", "phoenix")

@@ -7,8 +7,8 @@ import shutil
 import pytest
 
 from orch.runtime.local_processes import kill_marked, marked_pids
-from tests.e2e.conftest import Orch
-from tests.e2e.test_local_cluster import cluster_status, node_homes, wait_for
+from tests.e2e.conftest import Orch, wait_for
+from tests.e2e.test_local_cluster import cluster_status
 
 pytestmark = pytest.mark.e2e
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 def test_stop_keeps_the_disks_and_start_brings_ray_back(orch: Orch) -> None:
     orch("launch", "-c", "life", "--num-nodes", "2", "--workdir", "examples/hello_workdir",
          "echo kept > kept.txt")
-    homes = node_homes(orch, "life")
+    homes = orch.node_homes("life")
 
     orch("stop", "-y", "life")
     assert wait_for(lambda: (cluster_status(orch, "life") or {}).get("status") == "STOPPED",
@@ -30,12 +30,12 @@ def test_stop_keeps_the_disks_and_start_brings_ray_back(orch: Orch) -> None:
     result = orch("exec", "life", "--num-nodes", "2", "cat kept.txt")
     assert result.stdout.count("kept") == 2
     orch("down", "-y", "life")
-    assert node_homes(orch, "life") == []
+    assert orch.node_homes("life") == []
 
 
 def test_refresh_tells_the_truth_after_changes_behind_orchs_back(orch: Orch) -> None:
     orch("launch", "-c", "truth", "--num-nodes", "2", "echo up")
-    head, worker = node_homes(orch, "truth")
+    head, worker = orch.node_homes("truth")
 
     # A worker "preempted": its processes killed and its machine gone.
     kill_marked(worker)
@@ -56,4 +56,4 @@ def test_autodown_after_the_job_ends(orch: Orch) -> None:
     assert summary is None or summary["status"] == "UP"
     wait_for(lambda: cluster_status(orch, "brief") is None, timeout=120,
              what="autodown of brief")
-    assert node_homes(orch, "brief") == []
+    assert orch.node_homes("brief") == []

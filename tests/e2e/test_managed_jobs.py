@@ -9,17 +9,17 @@ import re
 import shutil
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from orch.managed_jobs import ManagedJobStatus
 from orch.runtime.local_processes import kill_marked, marked_pids
-from tests.e2e.conftest import Orch
+from tests.e2e.conftest import Orch, wait_for
 
 pytestmark = pytest.mark.e2e
-ENDED = ("SUCCEEDED", "FAILED", "FAILED_SETUP", "FAILED_PRECHECKS", "FAILED_NO_RESOURCE",
-         "CANCELLED")
+ENDED = tuple(status.value for status in ManagedJobStatus if status.is_terminal)
 
 
 @pytest.fixture(autouse=True)
@@ -30,16 +30,6 @@ def no_job_left_running(orch: Orch) -> Iterator[None]:
         orch("jobs", "cancel", "--all", "-y")
         wait_for(lambda: all(j["status"] in ENDED for j in orch.json("jobs", "queue")), 120,
                  "every job to end")
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def submit(orch: Orch, *args: str) -> int:
@@ -57,11 +47,6 @@ def status_is(orch: Orch, job_id: int, *wanted: str) -> bool:
     status = job(orch, job_id)["status"]
     assert status != "FAILED_CONTROLLER"
     return status in wanted
-
-
-def node_homes(orch: Orch, cluster: str) -> list[Path]:
-    root = orch.home / "local" / cluster
-    return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
 
 
 def task_file(tmp_path: Path, name: str, text: str) -> str:
@@ -106,7 +91,7 @@ def test_jobs_survive_a_worker_killed_with_sigkill_and_a_pipeline_runs_in_order(
     assert "slept" in orch("jobs", "logs", str(sleeper)).stdout
     output = orch("jobs", "logs", str(pipeline), "--no-follow").stdout
     assert output.index("prepared 10 numbers") < output.index("the total is 55")
-    assert not node_homes(orch, f"job-{pipeline}-0") and not node_homes(orch, f"job-{sleeper}-0")
+    assert not orch.node_homes(f"job-{pipeline}-0") and not orch.node_homes(f"job-{sleeper}-0")
     names = [c["name"] for c in orch.json("status")]
     assert not [n for n in names if n.startswith((f"job-{sleeper}-", f"job-{pipeline}-"))]
 
@@ -127,8 +112,8 @@ run: |
     assert any(c["name"] == cluster and c["job_id"] == str(job_id) for c in orch.json("status"))
     time.sleep(2)  # let the watch copy the first line of output
 
-    for home in node_homes(orch, cluster):  # the cloud takes the machine back
-        kill_marked(str(home))
+    for home in orch.node_homes(cluster):  # the cloud takes the machine back
+        kill_marked(home)
         shutil.rmtree(home)
 
     wait_for(lambda: status_is(orch, job_id, "SUCCEEDED"), 180, "the job to recover")
@@ -138,19 +123,19 @@ run: |
     assert controller.count("LAUNCHED:") == 2
     output = orch("jobs", "logs", str(job_id), "--no-follow").stdout
     assert output.index("started fresh") < output.index("resumed from checkpoint")
-    assert not node_homes(orch, cluster)
+    assert not orch.node_homes(cluster)
 
 
 def test_cancel_from_the_cli_tears_the_cluster_down(orch: Orch, tmp_path: Path) -> None:
     job_id = submit(orch, "--cloud", "local", "echo up; sleep 600")
     cluster = f"job-{job_id}-0"
     wait_for(lambda: status_is(orch, job_id, "RUNNING"), 120, "the job RUNNING")
-    homes = node_homes(orch, cluster)
+    homes = orch.node_homes(cluster)
 
     assert f"Cancelling managed job {job_id}." in orch("jobs", "cancel", "-y", str(job_id)).stdout
 
     wait_for(lambda: status_is(orch, job_id, "CANCELLED"), 60, "the job CANCELLED")
-    assert not node_homes(orch, cluster)
-    assert all(marked_pids(str(home)) == [] for home in homes)
+    assert not orch.node_homes(cluster)
+    assert all(marked_pids(home) == [] for home in homes)
     again = orch("jobs", "cancel", "-y", str(job_id)).stdout
     assert f"Managed job {job_id} already ended (CANCELLED)." in again

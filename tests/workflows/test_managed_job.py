@@ -317,6 +317,13 @@ class Harness:
                                      f"{[e.message for e in state.events]}")
             await asyncio.sleep(0.05)
 
+    async def preempt_until_running_again(self, handle: WorkflowHandle, cluster: str
+                                          ) -> ManagedJobState:
+        """Take the running cluster away; wait for the job's second attempt to run."""
+        self.cloud.preempt(cluster)
+        return await self.until(handle, "the second attempt",
+                                lambda s: running(s) and s.runs[0].attempt == 2)
+
     async def result(self, handle: WorkflowHandle) -> ManagedJobState:
         state: ManagedJobState = await handle.result()
         return state
@@ -416,9 +423,7 @@ async def test_preemption_with_failover_relaunches_in_the_same_region(harness: H
     await harness.until(handle, "RUNNING", running)
     harness.cloud.full_regions.clear()  # the cheaper region has room again
 
-    harness.cloud.preempt(cluster)
-    state = await harness.until(handle, "the second attempt",
-                                lambda s: running(s) and s.runs[0].attempt == 2)
+    state = await harness.preempt_until_running_again(handle, cluster)
     harness.cloud.finish(cluster)
     final = await harness.result(handle)
 
@@ -438,9 +443,7 @@ async def test_preemption_with_eager_next_region_relaunches_elsewhere(harness: H
     cluster = f"job-{job_id}-0"
     await harness.until(handle, "RUNNING", running)
 
-    harness.cloud.preempt(cluster)
-    await harness.until(handle, "the second attempt",
-                        lambda s: running(s) and s.runs[0].attempt == 2)
+    await harness.preempt_until_running_again(handle, cluster)
     harness.cloud.finish(cluster)
     final = await harness.result(handle)
 
@@ -458,9 +461,7 @@ async def test_eager_next_region_falls_back_to_the_lost_region_when_nothing_else
     cluster = f"job-{job_id}-0"
     await harness.until(handle, "RUNNING", running)
 
-    harness.cloud.preempt(cluster)
-    await harness.until(handle, "the second attempt",
-                        lambda s: running(s) and s.runs[0].attempt == 2)
+    await harness.preempt_until_running_again(handle, cluster)
 
     assert harness.cloud.launches == [(cluster, EAST), (cluster, EAST)]
     harness.cloud.finish(cluster)
