@@ -17,6 +17,7 @@ app = typer.Typer(
     name="orch",
     help="Launch clusters, run jobs on them, tear them down: durably, on Temporal.",
     no_args_is_help=True,
+    add_completion=False,  # cli/version.py has the options, taking a shell name
     pretty_exceptions_enable=False,
 )
 console = Console()

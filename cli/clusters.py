@@ -1,7 +1,8 @@
-"""Commands on clusters and their jobs: launch, exec, status, queue, logs, cancel, down."""
+"""Commands on clusters and their jobs: launch, exec, status, queue, logs, cancel."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from typing import Annotated, Any
@@ -9,11 +10,13 @@ from typing import Annotated, Any
 import typer
 
 from cli import display
-from cli.app import AsJson, Yes, app, console, fail, run
+from cli.app import AsJson, Yes, app, console, err_console, fail, run
 from cli.tasks import overrides_from_flags, task_from_args
 from orch.check import check_clouds
 from orch.client import Client, ClusterSummary, OrchError
+from orch.client.managed_jobs import ManagedJobs
 from orch.lifecycle import Autostop
+from orch.managed_jobs import JobSummary
 from orch.optimizer import OptimizerError, plan
 from orch.runtime.jobs import JobRecord
 from orch.spec import SpecError, Task
@@ -147,14 +150,20 @@ def show_plan(task: Task, as_json: bool) -> None:
 
 @app.command()
 def status(
+    clusters: Annotated[list[str] | None, typer.Argument(
+        help="Only these clusters (default: all, and a line on managed jobs).",
+        show_default=False)] = None,
     as_json: AsJson = False,
     refresh: Annotated[bool, typer.Option(
         "--refresh", "-r", help="Check every cluster against its cloud first.")] = False,
 ) -> None:
-    """List the clusters."""
+    """List the clusters, and (with no names) how many managed jobs are in each status."""
+    with_jobs = not clusters and not as_json
 
-    async def go(client: Client) -> list[ClusterSummary]:
-        clusters = await client.status(refresh=refresh)
+    async def go(client: Client) -> tuple[list[ClusterSummary], list[JobSummary]]:
+        listed, jobs = await asyncio.gather(
+            client.status(refresh=refresh),
+            ManagedJobs(client).queue() if with_jobs else asyncio.sleep(0, []))
         for name, record in client.refreshed.items():
             if record.status == ClusterStatus.TERMINATED:
                 console.print(f"Cluster {name} removed: {record.status_reason}", highlight=False)
@@ -163,13 +172,20 @@ def status(
                               highlight=False)
             for warning in record.warnings:
                 console.print(f"[yellow]Warning:[/] {name}: {warning}", highlight=False)
-        return clusters
+        return listed, jobs
 
-    clusters = run(go)
+    listed, jobs = run(go)
+    if clusters:
+        missing = sorted(set(clusters) - {c.name for c in listed})
+        if missing:
+            err_console.print(f"No cluster named {', '.join(missing)}.", highlight=False)
+        listed = [c for c in listed if c.name in clusters]
     if as_json:
-        print(json.dumps([c.model_dump(mode="json") for c in clusters]))
-    else:
-        display.clusters_table(console, clusters)
+        print(json.dumps([c.model_dump(mode="json") for c in listed]))
+        return
+    display.clusters_table(console, listed)
+    if with_jobs:
+        console.print(display.queue_summary(jobs), highlight=False)
 
 
 @app.command()
@@ -224,30 +240,3 @@ def cancel(
         console.print(f"Job {job.id}: {job.status}")
     if not cancelled:
         console.print("No job to cancel.")
-
-
-@app.command()
-def down(
-    clusters: Annotated[list[str], typer.Argument(help="Cluster names.")],
-    purge: Annotated[bool, typer.Option(
-        "--purge", help="Forget the cluster even if its cloud calls keep failing.")] = False,
-    yes: Yes = False,
-) -> None:
-    """Tear clusters down: stop Ray, terminate the instances, confirm they are gone."""
-    if not yes:
-        typer.confirm(f"Tear down {', '.join(clusters)}? Their data will be lost.", abort=True)
-
-    async def go(client: Client) -> None:
-        for name in clusters:
-            with display.Progress(console, f"Tearing down {name}"):
-                result = await client.down(name, purge=purge)
-            if result is None:
-                console.print(f"Cluster {name} does not exist: nothing to do.")
-                continue
-            for warning in result.warnings:
-                console.print(f"[yellow]Warning:[/] {warning}", highlight=False)
-            console.print(result.message, highlight=False)
-
-    run(go)
-
-

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ from orch.catalog.queries import AcceleratorOffer
 from orch.check import CloudCheck
 from orch.client import ClusterSummary
 from orch.failover_rules import HISTORY_HEADERS, Candidate, FailoverAttempt, history_rows
+from orch.managed_jobs import JobSummary, ManagedJobStatus
 from orch.runtime.jobs import JobRecord
 from orch.server import ServerState
 
@@ -78,6 +80,23 @@ def clusters_table(console: Console, clusters: list[ClusterSummary]) -> None:
                ago(c.launched_at), c.autostop or "-"]
         table.add_row(*row, *([c.job_id or "-"] if with_jobs else []))
     console.print(table)
+
+
+_RUNNING_FIRST = (ManagedJobStatus.RUNNING, ManagedJobStatus.RECOVERING,
+                  ManagedJobStatus.STARTING, ManagedJobStatus.PENDING)
+
+
+def queue_summary(jobs: list[JobSummary]) -> str:
+    """One line for `orch status`, as `sky status` shows: how many jobs are in each
+    status, in-progress ones first (running before waiting), then ended ones, e.g.
+    "Managed jobs: 2 RUNNING, 1 PENDING, 5 SUCCEEDED — orch jobs queue for details"."""
+    if not jobs:
+        return "Managed jobs: none (orch jobs launch starts one)"
+    counts = Counter(job.status for job in jobs)
+    seen = dict.fromkeys(s for s in (*_RUNNING_FIRST, *ManagedJobStatus) if s in counts)
+    order = sorted(seen, key=lambda s: s.is_terminal)  # stable: keeps the order above
+    parts = ", ".join(f"{counts[s]} {s}" for s in order)
+    return f"Managed jobs: {parts} — orch jobs queue for details"
 
 
 def job_json(job: JobRecord) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from orch.clouds.base import ClusterInfo
 from orch.failover_rules import BlockEntry, Blocklist
-from orch.records import Placement
+from orch.records import Placement, UsageClock
 from orch.spec import JobRecovery, RecoveryStrategy, Resources, Task
 from orch.status import JobStatus
 
@@ -195,6 +195,7 @@ class TaskRun(BaseModel):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     failure: str | None = None
+    usage: UsageClock = Field(default_factory=UsageClock)  # its clusters' time up (cost-report)
 
 
 class ManagedJobState(BaseModel):

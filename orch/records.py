@@ -61,6 +61,45 @@ class Placement(BaseModel):
     use_spot: bool = False
 
 
+class ClusterUsage(BaseModel):
+    """One stretch of a cluster's time up: where, how many nodes, how long (cost-report
+    prices it with the catalog)."""
+
+    placement: Placement
+    num_nodes: int
+    resources: str = ""
+    seconds: float
+
+
+class UsageClock(BaseModel):
+    """The time up of a cluster, stretch by stretch (a stop ends one, a start begins the
+    next), or of the clusters of a managed job's task one after another (one per
+    recovery). Kept in the workflows' state; read by `orch cost-report`."""
+
+    done: list[ClusterUsage] = Field(default_factory=list)
+    up_since: datetime | None = None
+
+    def up(self, now: datetime) -> None:
+        self.up_since = self.up_since or now
+
+    def gone(self, placement: Placement, num_nodes: int, resources: str, now: datetime
+             ) -> None:
+        if self.up_since is not None:
+            self.done.append(ClusterUsage(
+                placement=placement, num_nodes=num_nodes, resources=resources,
+                seconds=max((now - self.up_since).total_seconds(), 0.0)))
+        self.up_since = None
+
+    def until(self, now: datetime, placement: Placement | None, num_nodes: int,
+              resources: str) -> list[ClusterUsage]:
+        """Every stretch, the current one (still up) counted to ``now``."""
+        if self.up_since is None or placement is None:
+            return list(self.done)
+        current = ClusterUsage(placement=placement, num_nodes=num_nodes, resources=resources,
+                               seconds=max((now - self.up_since).total_seconds(), 0.0))
+        return [*self.done, current]
+
+
 class ClusterRecord(BaseModel):
     """The state of one ClusterWorkflow; survives continue-as-new whole."""
 
@@ -90,6 +129,16 @@ class ClusterRecord(BaseModel):
     last_activity_at: datetime | None = None  # the autostop clock's start
     autostop_check_after: datetime | None = None  # jobs were running: look again then
     last_refresh_at: datetime | None = None
+    usage: UsageClock = Field(default_factory=UsageClock)  # time up, for cost-report
+
+    def account_uptime(self, status: ClusterStatus, now: datetime) -> None:
+        """Keep the billing clock: it runs from UP to STOPPED or TERMINATED, again from
+        each UP after a start; time INIT while up (a degraded cluster found by a
+        refresh) is billed too, as its instances still run."""
+        if status == ClusterStatus.UP:
+            self.usage.up(now)
+        elif status in (ClusterStatus.STOPPED, ClusterStatus.TERMINATED) and self.placement:
+            self.usage.gone(self.placement, self.num_nodes, self.task_resources, now)
 
     @property
     def autostop_at(self) -> datetime | None:

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python scripts/refresh_catalog.py SOURCE_DIR [--out orch/catalog/data]
+    python scripts/refresh_catalog.py SOURCE_DIR [--out orch/catalog/data] [--date YYYY-MM-DD]
 
 ``SOURCE_DIR`` holds ``aws/vms.csv``, ``gcp/vms.csv`` and ``azure/vms.csv`` in SkyPilot's
 catalog format, e.g. a checkout of https://github.com/anycloud-sh/catalog. Only the families
@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 HEADER = [
@@ -199,6 +201,9 @@ def main() -> None:
     parser.add_argument("source", type=Path, help="directory with <cloud>/vms.csv files")
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).resolve().parent.parent / "orch/catalog/data")
+    parser.add_argument("--date", default=datetime.now(UTC).date().isoformat(),
+                        help="the date of the upstream prices (default: today, UTC); "
+                             "`orch --version` shows it")
     args = parser.parse_args()
     for cloud, curate in CURATORS.items():
         rows = sorted(curate(_read(args.source / cloud / "vms.csv")),
@@ -208,6 +213,7 @@ def main() -> None:
             writer.writerow(HEADER)
             writer.writerows(rows)
         print(f"{cloud}: {len(rows)} rows")
+    (args.out / "catalog.json").write_text(json.dumps({"date": args.date}) + "\n")
 
 
 if __name__ == "__main__":

@@ -201,6 +201,7 @@ class ClusterWorkflow:
         ])
 
     def _set_status(self, status: ClusterStatus, step: str = "", reason: str = "") -> None:
+        self.state.account_uptime(status, workflow.now())
         self.state.status = status
         self.state.step = step
         self.state.status_reason = reason

@@ -369,6 +369,7 @@ class ManagedJobWorkflow:
         run.resources = resources_summary(
             ClusterRecord(name=run.cluster_name, placement=output.placement, info=output.info)
         )
+        run.usage.up(workflow.now())
         where = "/".join(p for p in (output.placement.cloud, output.placement.region,
                                      output.placement.zone) if p)
         done = "set up again" if request.reuse else "up"
@@ -500,6 +501,9 @@ class ManagedJobWorkflow:
                     self._event(EventKind.TEARDOWN,
                                 "; ".join([result.message, *result.warnings]), run)
                 break
+        if placement is not None:
+            run.usage.gone(placement, len(run.info.nodes) if run.info else 0, run.resources,
+                           workflow.now())
         run.placement = run.info = run.gcs_address = None
         run.cluster_up, run.cluster_job_id, run.resources = False, 0, ""
         self._publish()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import json
 from dataclasses import dataclass
 from importlib import resources
 
 from orch.catalog.rows import CatalogRow, parse_rows
 
 CATALOG_CLOUDS = ("aws", "gcp", "azure")
+METADATA_FILE = "catalog.json"  # written by scripts/refresh_catalog.py with the CSVs
 
 
 @dataclass(frozen=True)
@@ -46,3 +48,13 @@ def load_catalog(cloud: str) -> CloudCatalog:
     text = resource.read_text(encoding="utf-8")
     return CloudCatalog.of(cloud, tuple(parse_rows(cloud, str(resource),
                                                    csv.reader(io.StringIO(text)))))
+
+
+def catalog_date() -> str:
+    """The date of the prices in the shipped catalog, as ``scripts/refresh_catalog.py``
+    recorded it in ``data/catalog.json`` next to the CSVs ("unknown" if it is missing)."""
+    resource = resources.files("orch.catalog").joinpath("data", METADATA_FILE)
+    try:
+        return str(json.loads(resource.read_text(encoding="utf-8"))["date"])
+    except (OSError, ValueError, KeyError):
+        return "unknown"

@@ -99,8 +99,10 @@ class ClusterSummary(BaseModel):
     autostop: str = ""  # e.g. "down after 30 min idle, at 2026-11-29 17:30 UTC"
 
 
-async def connect_temporal(settings: TemporalSettings) -> TemporalClient:
-    """Connect with retries (a dev server that just opened its port may not serve yet)."""
+async def connect_temporal(settings: TemporalSettings,
+                           retry_s: float = CONNECT_TIMEOUT_S) -> TemporalClient:
+    """Connect, retrying for ``retry_s`` (a dev server that just opened its port may not
+    serve yet)."""
     assert settings.address
     tls: TLSConfig | bool = False
     if settings.tls_cert or settings.tls_ca:
@@ -110,7 +112,7 @@ async def connect_temporal(settings: TemporalSettings) -> TemporalClient:
                         client_cert=read(settings.tls_cert),
                         client_private_key=read(settings.tls_key))
     api_key = os.environ.get(settings.api_key_env) or None
-    deadline = asyncio.get_running_loop().time() + CONNECT_TIMEOUT_S
+    deadline = asyncio.get_running_loop().time() + retry_s
     while True:
         try:
             return await TemporalClient.connect(

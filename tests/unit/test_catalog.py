@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from orch.catalog import (
     CATALOG_CLOUDS,
     CatalogError,
     CatalogRow,
+    catalog_date,
     list_accelerators,
     load_catalog,
 )
@@ -196,3 +199,19 @@ def test_refresh_script_keeps_one_azure_row_per_region(tmp_path):
     ])
     rows = refresh_catalog.curate_azure(refresh_catalog._read(tmp_path / "azure/vms.csv"))
     assert rows == [["Standard_D4s_v5", "", "", "4", "16", "0.192", "0.04072", "eastus", ""]]
+
+
+def test_the_refresh_script_records_the_catalog_date_that_orch_reports(tmp_path, monkeypatch):
+    for cloud in CATALOG_CLOUDS:
+        _write(tmp_path / "src" / cloud / "vms.csv", SKY, [
+            ["m5.large", "", "", "2.0", "8.0", "", "0.096", "0.04", "us-east-1", "use1-az6"]])
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setattr("sys.argv", ["refresh_catalog", str(tmp_path / "src"), "--out", str(out),
+                                     "--date", "2031-02-03"])
+    refresh_catalog.main()
+    assert json.loads((out / "catalog.json").read_text()) == {"date": "2031-02-03"}
+    assert (out / "aws.csv").read_text().splitlines()[1].startswith("m5.large,")
+    # The shipped file is what `orch --version` shows.
+    shipped = json.loads((DATA / "catalog.json").read_text())["date"]
+    assert catalog_date() == shipped and re.fullmatch(r"\d{4}-\d{2}-\d{2}", shipped)

@@ -150,8 +150,12 @@ async def test_autostop_after_idle_minutes(time_skipping_env) -> None:
         assert (await record(handle)).status == ClusterStatus.UP
         await time_skipping_env.sleep(timedelta(minutes=2))
 
-        assert (await record(handle)).status == ClusterStatus.STOPPED
+        stopped = await record(handle)
+        assert stopped.status == ClusterStatus.STOPPED
         assert "jobs_activity" in cloud.calls
+        # cost-report's clock: one stretch up, from UP to the autostop, none running now.
+        [stretch] = stopped.usage.done
+        assert 10 * 60 <= stretch.seconds < 11 * 60 and stopped.usage.up_since is None
         await save_with_children(time_skipping_env.client, handle, "cluster_autostop")
 
 

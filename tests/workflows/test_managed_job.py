@@ -451,6 +451,11 @@ async def test_preemption_with_eager_next_region_relaunches_elsewhere(harness: H
     assert final.status == ManagedJobStatus.SUCCEEDED and final.recoveries == 1
     preempted = next(e.message for e in final.events if e.kind == EventKind.PREEMPTED)
     assert "instance(s) gone" in preempted and "EAGER_NEXT_REGION" in preempted
+    # cost-report's record: each cluster's time up, where it ran (the clock is stopped).
+    usage = final.runs[0].usage
+    assert [u.placement.region for u in usage.done] == [EAST, WEST]
+    assert all(u.seconds >= 0 and u.num_nodes > 0 for u in usage.done)
+    assert usage.up_since is None
 
 
 async def test_eager_next_region_falls_back_to_the_lost_region_when_nothing_else_has_room(
