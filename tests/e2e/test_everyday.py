@@ -114,6 +114,7 @@ def test_many_clusters_at_once_and_what_they_cost(own: Orch) -> None:
 
     own("stop", "-a", "-y")
     assert statuses(own) == {"ea": "STOPPED", "eb": "STOPPED"}
+    assert "No cluster to act on" in own("stop", "-a", "-y").stdout  # -a: the UP ones
     before = cost_lines(own)["ea"]
     time.sleep(2)
     assert cost_lines(own)["ea"]["hours"] == before["hours"] > 0  # stopped: not billed
