@@ -36,7 +36,10 @@ def cost_table(report: CostReport) -> None:
 
 @app.command("cost-report")
 def cost_report_command(as_json: AsJson = False) -> None:
-    """Estimated cost of every cluster (torn-down ones too) and managed job, with a total."""
+    """Estimated cost of every cluster (torn-down ones too) and managed job, with a total.
+
+    Torn-down clusters and ended jobs are read from the server's closed workflows, kept
+    for its namespace retention (the embedded server's: 24 h)."""
     report = run(cost_report)
     if as_json:
         print(report.model_dump_json())

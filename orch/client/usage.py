@@ -2,10 +2,10 @@
 
 Live clusters: each ClusterWorkflow's ``record`` query. Torn-down clusters: a
 ClusterWorkflow ends (Completed) when its cluster is TERMINATED, with its record as the
-result, so each closed run of ``cluster/<name>`` still in the server's visibility store
-(as long as its namespace retention keeps closed workflows) gives the cluster's whole
-usage. Workflows ended another way (terminated by an operator) left no record and are
-not counted. Managed jobs: each job's state (query, or result once ended).
+result, so each closed run of ``cluster/<name>`` the server still keeps (for its
+namespace retention: 24 h on the embedded dev server) gives the cluster's whole usage.
+Workflows ended another way (terminated by an operator) left no record and are not
+counted. Managed jobs: each job's state (query, or result once ended).
 """
 
 from __future__ import annotations
