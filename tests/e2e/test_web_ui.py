@@ -34,6 +34,7 @@ JOB_NAME = "webui-job"
 ARTIFACTS = Path(os.environ.get("ORCH_TEST_ARTIFACTS") or REPO / "test-artifacts") / "web-ui"
 COLUMNS = ["Status", "Workflow ID", "Type", SA_CLUSTER, SA_JOB_ID, "OrchClusterStatus",
            "OrchJobStatus", "Start", "End"]
+TALL = {"width": 1600, "height": 1500}
 METADATA_QUERY = "__temporal_workflow_metadata"
 
 
@@ -88,9 +89,10 @@ async def listed_ids(temporal: TemporalClient, query: str) -> set[str]:
 
 @pytest_asyncio.fixture(scope="module")
 async def launched(orch: Orch) -> AsyncIterator[Launched]:
-    """One small cluster and one managed job, shared by the module (each takes seconds)."""
-    orch("launch", "-c", CLUSTER, "--cpus", "1", "echo hello from the web ui test")
+    """One small cluster and one managed job, shared by the module; both run at once. The
+    job is waited for to end so that what its page shows no longer changes."""
     job_id = submit(orch, "-n", JOB_NAME, "--cloud", "local", "echo hello from a managed job")
+    orch("launch", "-c", CLUSTER, "--cpus", "1", "echo hello from the web ui test")
     wait_for(lambda: status_is(orch, job_id, "SUCCEEDED", "FAILED", "CANCELLED"), 180,
              "the managed job to end")
     assert job(orch, job_id)["status"] == "SUCCEEDED"
@@ -175,9 +177,11 @@ async def test_a_workflow_page_shows_its_summary_and_current_details(
         page, web_ui.workflow_url(launched.ui_url, workflow.id, workflow.run_id, "user-metadata"))
     await shot(page, f"{kind}-user-metadata")
 
-    assert shown["summary"][0] == workflow.summary and shown["summary"][1]
-    assert shown["current-details"][0] == workflow.current_details
-    assert shown["current-details"][1]
+    for part, text in (("summary", workflow.summary),
+                       ("current-details", workflow.current_details)):
+        given, rendered = shown[part]
+        assert given == text, part
+        assert web_ui.words(rendered) == web_ui.words(text), (part, rendered)
 
 
 @pytest.mark.parametrize("kind", ["cluster", "launch", "job"])
@@ -188,11 +192,12 @@ async def test_a_workflow_page_shows_its_activities_summaries(
     assert workflow.activities and len(workflow.activity_summaries) == workflow.activities
     assert all(workflow.activity_summaries), workflow
     url = web_ui.workflow_url(launched.ui_url, workflow.id, workflow.run_id, "history")
+    await page.set_viewport_size(TALL)  # room below the input and result for the screenshots
 
-    await page.goto(url)  # the timeline: one row per activity, "type • summary"
-    await page.get_by_text(workflow.activity_summaries[0], exact=False).first.wait_for()
+    await web_ui.timeline(page, url, workflow.activity_summaries)
     await shot(page, f"{kind}-timeline")
     shown = await web_ui.event_summaries(page, url)
+    await shot(page, f"{kind}-history")
 
     missing = Counter(workflow.activity_summaries) - Counter(shown)  # children have some too
     assert not missing, (missing, shown)

@@ -52,6 +52,12 @@ async def chromium(user_data_dir: Path, columns: list[str]) -> AsyncIterator[Bro
             await context.close()
 
 
+def words(text: str) -> list[str]:
+    """The words of markdown or of its rendering, which must be the same: the renderer drops
+    emphasis and bullets and turns quotes, dashes and fractions typographic."""
+    return re.findall(r"\w+", text)
+
+
 def list_url(ui_url: str, query: str) -> str:
     return f"{ui_url}/namespaces/{NAMESPACE}/workflows?query={quote(query, safe='')}"
 
@@ -92,14 +98,25 @@ async def user_metadata(page: Page, url: str) -> dict[str, tuple[str, str]]:
         if content:  # the frame renders the markdown after it loads
             await expect(body).to_have_text(re.compile(r"\S"), timeout=TIMEOUT_MS)
         rendered = await body.inner_text() if content else ""
-        shown[part] = (content, " ".join(rendered.split()))
+        shown[part] = (content, rendered)
     return shown
 
 
-async def event_summaries(page: Page, url: str) -> list[str]:
-    """The ``Summary`` field of every event row of the Event History table."""
+async def timeline(page: Page, url: str, summaries: list[str]) -> None:
+    """Open the Timeline tab and wait until it shows each of ``summaries`` (an activity's
+    row reads ``type • summary``)."""
     await page.goto(url)
+    await page.get_by_role("tab", name="Timeline").click()
+    for summary in summaries:
+        await page.locator("main").get_by_text(summary).first.wait_for()
+
+
+async def event_summaries(page: Page, url: str) -> list[str]:
+    """The ``Summary`` fields of the Event History's compact view (one row per activity or
+    child workflow, all on one page)."""
+    await page.goto(f"{url}?per-page=500")
     await page.get_by_role("tab", name="Event History").click()
+    await page.get_by_role("button", name="Compact").click()
     rows = page.locator(EVENT_ROW)
     await rows.first.wait_for()
     found = []
@@ -107,4 +124,3 @@ async def event_summaries(page: Page, url: str) -> list[str]:
         lines = [line.strip() for line in (await row.inner_text()).splitlines() if line.strip()]
         found += [lines[i + 1] for i, line in enumerate(lines[:-1]) if line == "Summary"]
     return found
-
