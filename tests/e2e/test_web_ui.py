@@ -26,7 +26,7 @@ from orch.managed_jobs import managed_job_workflow_id
 from orch.records import LAUNCH_WORKFLOW, SA_CLUSTER, SA_JOB_ID, cluster_workflow_id
 from tests.e2e import web_ui
 from tests.e2e.conftest import REPO, Orch, wait_for
-from tests.e2e.test_managed_jobs import job, status_is, submit
+from tests.e2e.test_managed_jobs import ENDED, job, status_is, submit
 
 pytestmark = pytest.mark.e2e
 CLUSTER = "webui"
@@ -93,7 +93,7 @@ async def launched(orch: Orch) -> AsyncIterator[Launched]:
     job is waited for to end so that what its page shows no longer changes."""
     job_id = submit(orch, "-n", JOB_NAME, "--cloud", "local", "echo hello from a managed job")
     orch("launch", "-c", CLUSTER, "--cpus", "1", "echo hello from the web ui test")
-    wait_for(lambda: status_is(orch, job_id, "SUCCEEDED", "FAILED", "CANCELLED"), 180,
+    wait_for(lambda: status_is(orch, job_id, *ENDED), 180,
              "the managed job to end")
     assert job(orch, job_id)["status"] == "SUCCEEDED"
     state = orch.plane().state()
