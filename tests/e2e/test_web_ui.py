@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import BrowserContext, Page
+from playwright.async_api import BrowserContext, Page, ViewportSize
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client as TemporalClient
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -34,7 +34,7 @@ JOB_NAME = "webui-job"
 ARTIFACTS = Path(os.environ.get("ORCH_TEST_ARTIFACTS") or REPO / "test-artifacts") / "web-ui"
 COLUMNS = ["Status", "Workflow ID", "Type", SA_CLUSTER, SA_JOB_ID, "OrchClusterStatus",
            "OrchJobStatus", "Start", "End"]
-TALL = {"width": 1600, "height": 1500}
+TALL = ViewportSize(width=1600, height=1500)
 METADATA_QUERY = "__temporal_workflow_metadata"
 
 
