@@ -25,6 +25,7 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 TIMEOUT_MS = 30_000  # a loaded 2-core machine renders slowly; a missing element still fails
+expect.set_options(timeout=TIMEOUT_MS)
 NAMESPACE = "default"
 LIST_ROW = 'tr[data-testid="workflows-summary-configurable-table-row"]'
 EVENT_ROW = 'tr[data-testid="event-summary-row"]'
@@ -85,20 +86,20 @@ async def listed(page: Page, url: str, expected_rows: int) -> list[dict[str, str
 
 
 async def user_metadata(page: Page, url: str) -> dict[str, tuple[str, str]]:
-    """The User Metadata tab: for summary, details and current details, the markdown the UI
-    was given (its renderer's ``content`` parameter) and the text it rendered."""
+    """The User Metadata tab: for summary and current details, the markdown the UI was given
+    (its renderer's ``content`` parameter) and the text it rendered. Both are waited for to
+    be non-empty: the current details arrive with a query answered by the worker, after the
+    frame is drawn."""
     await page.goto(url)
     shown = {}
-    for part in ("summary", "details", "current-details"):
+    for part in ("summary", "current-details"):
         frame = page.locator(f"iframe#user-metadata-{part}")
-        await frame.wait_for()
+        await expect(frame).to_have_attribute("src", re.compile(r"[?&]content=[^&]"))
         src = await frame.get_attribute("src") or ""
-        content = parse_qs(urlsplit(src).query).get("content", [""])[0]
+        content = parse_qs(urlsplit(src).query)["content"][0]
         body = page.frame_locator(f"iframe#user-metadata-{part}").locator("body")
-        if content:  # the frame renders the markdown after it loads
-            await expect(body).to_have_text(re.compile(r"\S"), timeout=TIMEOUT_MS)
-        rendered = await body.inner_text() if content else ""
-        shown[part] = (content, rendered)
+        await expect(body).to_have_text(re.compile(r"\S"))  # rendered once the frame loads
+        shown[part] = (content, await body.inner_text())
     return shown
 
 
@@ -111,14 +112,16 @@ async def timeline(page: Page, url: str, summaries: list[str]) -> None:
         await page.locator("main").get_by_text(summary).first.wait_for()
 
 
-async def event_summaries(page: Page, url: str) -> list[str]:
+async def event_summaries(page: Page, url: str, expected: list[str]) -> list[str]:
     """The ``Summary`` fields of the Event History's compact view (one row per activity or
-    child workflow, all on one page)."""
+    child workflow, all on one page), read once a row shows each of ``expected``."""
     await page.goto(f"{url}?per-page=500")
     await page.get_by_role("tab", name="Event History").click()
     await page.get_by_role("button", name="Compact").click()
     rows = page.locator(EVENT_ROW)
     await rows.first.wait_for()
+    for summary in expected:
+        await rows.filter(has_text=summary).first.wait_for()
     found = []
     for row in await rows.all():
         lines = [line.strip() for line in (await row.inner_text()).splitlines() if line.strip()]
