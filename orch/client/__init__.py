@@ -38,6 +38,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCStatusCode
 
+from orch.client.attribution import requester, start_attributes
 from orch.clouds.base import NodeInfo
 from orch.config import TASK_QUEUE, TemporalSettings
 from orch.lifecycle import Autostop
@@ -70,6 +71,7 @@ from orch.runtime.runner import CommandRunner, runner_for
 from orch.server import ControlPlane
 from orch.spec import Task
 from orch.status import ClusterStatus
+from orch.summaries import cluster_summary, task_details
 
 CONNECT_TIMEOUT_S = 60
 PROGRESS_POLL_S = 0.5
@@ -208,14 +210,19 @@ class Client:
         is submitted. ``on_step`` is told each step and failover hop as it happens."""
         self.validate(task)
         cluster = cluster or f"orch-{secrets.token_hex(3)}"
+        user = requester()
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             CLUSTER_WORKFLOW,
             ClusterInput(name=cluster),
             id=cluster_workflow_id(cluster),
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            search_attributes=start_attributes(user),
+            static_summary=cluster_summary(cluster, task),
+            static_details=task_details(task, user),
         )
-        request = LaunchRequest(task=task, retry_until_up=retry_until_up, autostop=autostop)
+        request = LaunchRequest(task=task, retry_until_up=retry_until_up, autostop=autostop,
+                                requested_by=user)
         seen = await self._event_count(cluster)
         try:
             update = await self.temporal.start_update_with_start_workflow(
