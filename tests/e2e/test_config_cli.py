@@ -100,6 +100,14 @@ def test_a_disallowed_cloud_is_refused_by_a_dryrun(cli: Orch, tmp_path: Path) ->
     assert_no_control_plane(cli)
 
 
+
+def test_check_reports_disallowed_clouds_without_probing_them(cli: Orch) -> None:
+    write_config(cli, "allowed_clouds: [local, gcp]\n")
+    rows = {line.split()[0]: line for line in cli("check").stdout.splitlines()[1:]}
+    for cloud in ("aws", "azure"):
+        assert "no" in rows[cloud] and "not in the config's allowed_clouds" in rows[cloud]
+    assert "yes" in rows["local"] and "allowed_clouds" not in rows["gcp"]
+
 def test_the_temporal_section_points_the_cli_at_a_server_and_env_wins(cli: Orch) -> None:
     write_config(cli, "temporal: {address: 'temporal.example:7233', namespace: prod}\n")
     result = cli("server", "status")
