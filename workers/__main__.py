@@ -13,6 +13,8 @@ from temporalio.worker import Worker
 from orch.client import connect_temporal
 from orch.config import TASK_QUEUE, TemporalSettings
 from orch.process_exit import exit_without_finalizing
+from orch.settings import load_settings
+from orch.spec import SpecError
 from workers.registry import WORKFLOWS, activities
 
 # Blocking activities (cloud SDKs, SSH) run in threads; the managed-job watch is async and
@@ -48,7 +50,10 @@ def main() -> None:
     parser.add_argument("--task-queue", default=TASK_QUEUE)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    settings = TemporalSettings.from_env()
+    try:
+        settings = load_settings().temporal_settings()
+    except SpecError as err:  # a broken config file: its message, exit 2
+        parser.error(str(err))
     updates = {k: v for k, v in (("address", args.address), ("namespace", args.namespace)) if v}
     settings = settings.model_copy(update=updates)
     if not settings.address:

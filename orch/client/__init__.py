@@ -69,6 +69,7 @@ from orch.records import (
 from orch.runtime.jobs import JobRecord
 from orch.runtime.runner import CommandRunner, runner_for
 from orch.server import ControlPlane
+from orch.settings import load_settings
 from orch.spec import Task
 from orch.status import ClusterStatus
 from orch.summaries import cluster_summary, task_details
@@ -152,9 +153,9 @@ class Client:
 
     @classmethod
     async def connect(cls, settings: TemporalSettings | None = None) -> Client:
-        """Use ``TEMPORAL_ADDRESS`` when set; otherwise start (or reuse) the embedded
-        control plane under ``$ORCH_HOME``."""
-        settings = settings or TemporalSettings.from_env()
+        """Use the config's Temporal server (``TEMPORAL_ADDRESS`` wins) when there is one;
+        otherwise start (or reuse) the embedded control plane under ``$ORCH_HOME``."""
+        settings = settings or load_settings().temporal_settings()
         ui_url = None
         if not settings.address:
             state = await asyncio.to_thread(ControlPlane().ensure)
@@ -221,9 +222,11 @@ class Client:
             static_summary=cluster_summary(cluster, task),
             static_details=task_details(task, user),
         )
-        request = LaunchRequest(task=task, retry_until_up=retry_until_up, autostop=autostop,
-                                requested_by=user)
-        seen = await self._event_count(cluster)
+        existing = await self.record(cluster)
+        seen = existing.event_count if existing else 0
+        request = self.launch_request(task, retry_until_up=retry_until_up, autostop=autostop,
+                                      new_cluster=existing is None)
+        request.requested_by = user
         try:
             update = await self.temporal.start_update_with_start_workflow(
                 "launch", request, start_workflow_operation=start,
@@ -235,16 +238,23 @@ class Client:
             cluster, update.result(), on_step, seen)
         return result
 
-    async def _event_count(self, cluster: str) -> int:
-        record = await self.record(cluster)
-        return record.event_count if record else 0
+    @staticmethod
+    def launch_request(task: Task, *, retry_until_up: bool, autostop: Autostop | None,
+                       new_cluster: bool) -> LaunchRequest:
+        """A cluster the launch creates gets the config's default autostop unless one is
+        given; a reused cluster keeps its own setting (``orch autostop`` may have set it)."""
+        if new_cluster:
+            autostop = load_settings().launch_autostop(autostop)
+        return LaunchRequest(task=task, retry_until_up=retry_until_up, autostop=autostop)
 
     @staticmethod
     def validate(task: Task) -> None:
         """Refuse, before anything starts, a task no cloud in the catalog could run (unknown
-        names get "did you mean"). Credentials are the worker's business, checked there."""
+        names get "did you mean"), or one the config's ``allowed_clouds`` exclude (a broken
+        config raises its :class:`orch.settings.ConfigError`). Credentials are the worker's
+        business, checked there."""
         try:
-            plan(task)
+            plan(task, allowed_clouds=load_settings().allowed_clouds)
         except OptimizerError as err:
             raise OrchError(str(err), INVALID_RESOURCES) from None
 
