@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,3 +193,28 @@ async def wait_for_seen(address: str, identity: str) -> subprocess.CompletedProc
             return result
         await asyncio.sleep(0.5)
     raise AssertionError(f"the server never listed {identity}")
+
+
+def test_the_files_the_image_copies_make_an_installable_orch(tmp_path: Path) -> None:
+    """What ``pip install -e .`` in the Dockerfile gets: only the COPY'd files (the same
+    as .dockerignore lets in, tests/unit/test_compose.py), built into a wheel."""
+    copied = [source for line in (REPO / "Dockerfile").read_text().splitlines()
+              if line.startswith("COPY ") for source in line.split()[1:-1]]
+    stage = tmp_path / "context"
+    for source in copied:
+        if (REPO / source).is_dir():
+            shutil.copytree(REPO / source, stage / source,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            stage.mkdir(exist_ok=True)
+            shutil.copy2(REPO / source, stage / source)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir",
+         str(tmp_path / "out"), str(stage)], capture_output=True, text=True, timeout=300,
+        stdin=subprocess.DEVNULL)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = (tmp_path / "out").glob("orch-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for package in ("orch", "workflows", "activities", "workers", "cli"):
+        assert f"{package}/__init__.py" in names
+    assert {"workers/__main__.py", "workers/health.py", "orch/catalog/data/aws.csv"} <= names
