@@ -28,10 +28,13 @@ def venv_binary(name: str) -> Path:
 class TemporalSettings(BaseModel):
     """An external Temporal server; ``address`` None means the embedded dev server. Built
     by :meth:`orch.settings.Settings.temporal_settings` (``TEMPORAL_*`` variables win over
-    the config file's ``temporal:`` section)."""
+    the config file's ``temporal:`` section). ``tls`` None means: TLS when a certificate, a
+    CA or an API key is given (Temporal Cloud), plaintext otherwise; ``TEMPORAL_TLS``
+    forces it either way."""
 
     address: str | None = None
     namespace: str = "default"
+    tls: bool | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_ca: str | None = None

@@ -51,6 +51,7 @@ ENV_VARS = {
     "temporal.tls.cert": "TEMPORAL_TLS_CERT",
     "temporal.tls.key": "TEMPORAL_TLS_KEY",
     "temporal.tls.ca": "TEMPORAL_TLS_CA",
+    "temporal.tls.enabled": "TEMPORAL_TLS",
 }
 
 
@@ -71,6 +72,7 @@ class CloudSection(_Section):
 
 
 class TLSSection(_Section):
+    enabled: bool | None = None  # None: on when a cert, a CA or an API key is given
     cert: str | None = None
     key: str | None = None
     ca: str | None = None
@@ -145,8 +147,9 @@ class Settings(_Section):
 
     def temporal_settings(self) -> TemporalSettings:
         t = self.temporal
-        return TemporalSettings(address=t.address, namespace=t.namespace, tls_cert=t.tls.cert,
-                                tls_key=t.tls.key, tls_ca=t.tls.ca, api_key_env=t.api_key_env)
+        return TemporalSettings(address=t.address, namespace=t.namespace, tls=t.tls.enabled,
+                                tls_cert=t.tls.cert, tls_key=t.tls.key, tls_ca=t.tls.ca,
+                                api_key_env=t.api_key_env)
 
 
 class Loaded(BaseModel):

@@ -102,18 +102,36 @@ class ClusterSummary(BaseModel):
     autostop: str = ""  # e.g. "down after 30 min idle, at 2026-11-29 17:30 UTC"
 
 
-async def connect_temporal(settings: TemporalSettings) -> TemporalClient:
+def _read_pem(variable: str, path: str | None) -> bytes | None:
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as err:
+        raise OrchError(f"{variable}={path}: {err.strerror}", "InvalidSettings") from None
+
+
+def tls_option(settings: TemporalSettings) -> TLSConfig | bool | None:
+    """What ``TemporalClient.connect`` gets as ``tls``: a TLSConfig when certificates are
+    named (mTLS, or a private CA), else ``settings.tls``; None lets the SDK turn TLS on
+    exactly when an API key is sent (Temporal Cloud)."""
+    if settings.tls_key and not settings.tls_cert:
+        raise OrchError("TEMPORAL_TLS_KEY is set without TEMPORAL_TLS_CERT", "InvalidSettings")
+    if settings.tls is not False and (settings.tls_cert or settings.tls_ca):
+        return TLSConfig(server_root_ca_cert=_read_pem("TEMPORAL_TLS_CA", settings.tls_ca),
+                         client_cert=_read_pem("TEMPORAL_TLS_CERT", settings.tls_cert),
+                         client_private_key=_read_pem("TEMPORAL_TLS_KEY", settings.tls_key))
+    return settings.tls
+
+
+async def connect_temporal(settings: TemporalSettings,
+                           timeout_s: float = CONNECT_TIMEOUT_S) -> TemporalClient:
     """Connect with retries (a dev server that just opened its port may not serve yet)."""
     assert settings.address
-    tls: TLSConfig | bool = False
-    if settings.tls_cert or settings.tls_ca:
-        def read(path: str | None) -> bytes | None:
-            return open(path, "rb").read() if path else None
-        tls = TLSConfig(server_root_ca_cert=read(settings.tls_ca),
-                        client_cert=read(settings.tls_cert),
-                        client_private_key=read(settings.tls_key))
+    tls = tls_option(settings)
     api_key = os.environ.get(settings.api_key_env) or None
-    deadline = asyncio.get_running_loop().time() + CONNECT_TIMEOUT_S
+    deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         try:
             return await TemporalClient.connect(
