@@ -47,6 +47,14 @@ _LOCAL_CALLS = {"quota": "check capacity", "create": "start sandboxes",
                 "stop": "stop sandboxes"}
 
 
+def short(text: str, limit: int = 100) -> str:
+    """``text`` cut at a word boundary to about ``limit`` characters, with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0]
+    return f"{cut}…"
+
+
 def cloud_call(cloud: str, step: str) -> str:
     return _CLOUD_CALLS.get(cloud, _LOCAL_CALLS).get(step, step)
 

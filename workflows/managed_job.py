@@ -112,6 +112,7 @@ with workflow.unsafe.imports_passed_through():
         job_details,
         job_task_purpose,
         launch_summary,
+        short,
         task_details,
         teardown_summary,
     )
@@ -350,8 +351,9 @@ class ManagedJobWorkflow:
             plan.backoffs += 1
             plan.next_round_at = workflow.now() + delay
             self._set_status(ManagedJobStatus.PENDING, ScheduleState.ALIVE_BACKOFF)
-            self._event(EventKind.BACKOFF, f"next launch round in {delay.total_seconds():g} s "
-                                           "(no launch permit held meanwhile)", run)
+            self._event(EventKind.BACKOFF, f"backing off {delay.total_seconds():g} s after "
+                                           f"{short(message)}: no launch permit held meanwhile",
+                        run)
 
     async def _launch_round(self, run: TaskRun, request: LaunchInput
                             ) -> tuple[LaunchFailure, str] | None:

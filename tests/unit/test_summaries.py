@@ -20,6 +20,7 @@ from orch.summaries import (
     pipeline_details,
     provision_call,
     resources_phrase,
+    short,
     task_details,
     teardown_summary,
     where,
@@ -117,3 +118,9 @@ def test_job_details_name_the_task_its_cluster_and_the_last_step() -> None:
         '**Status:** RUNNING (ALIVE)\n\n**Task:** 1/2 "train"\n\n'
         "**Cluster:** job-7-0, 4× p4d.24xlarge on aws us-east-1\n\n"
         "**Recoveries:** 1\n\n**Last step:** job 1 running")
+
+
+def test_long_messages_are_cut_at_a_word() -> None:
+    assert short("CapacityError: no capacity in us-east-1a today", 30) == (
+        "CapacityError: no capacity in…")
+    assert short("fits", 30) == "fits"
