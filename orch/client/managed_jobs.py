@@ -40,6 +40,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from orch.client import Client, OrchError
+from orch.client.attribution import requester, start_attributes
 from orch.clouds.base import NodeInfo
 from orch.config import orch_home
 from orch.managed_jobs import (
@@ -64,6 +65,7 @@ from orch.managed_jobs import (
 from orch.records import MANAGED_JOB_WORKFLOW
 from orch.runtime.runner import NodeUnreachableError, runner_for
 from orch.spec import Task
+from orch.summaries import job_summary, pipeline_details
 
 FOLLOW_POLL_S = 1.0
 NO_SUCH_JOB = "NoSuchJob"
@@ -134,10 +136,15 @@ class ManagedJobs:
         job_id = await self.allocate_id()
         name = name or tasks[0].name
         summary = summarize(new_state(job_id, name, tasks, datetime.now(UTC)))
+        user = requester()
         await self.temporal.start_workflow(
-            MANAGED_JOB_WORKFLOW, ManagedJobInput(job_id=job_id, name=name, tasks=tasks),
+            MANAGED_JOB_WORKFLOW,
+            ManagedJobInput(job_id=job_id, name=name, tasks=tasks, requested_by=user),
             id=managed_job_workflow_id(job_id), task_queue=self.client.task_queue,
             memo={MEMO_SUMMARY: summary.model_dump(mode="json")},
+            search_attributes=start_attributes(user, job_id, name),
+            static_summary=job_summary(job_id, name, tasks),
+            static_details=pipeline_details(tasks, user),
         )
         return job_id
 

@@ -1,0 +1,33 @@
+"""Who starts a workflow, as the Web UI shows it: ``user@host`` in the static details and
+in the ``OrchUser`` search attribute (so ``OrchUser="alice@laptop"`` lists her work), and
+the text of the static summary and details, computed once by the caller."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+
+from orch.records import SA_JOB_ID, SA_JOB_NAME, SA_USER
+
+
+def requester() -> str:
+    """``user@host`` of this process; a user the OS cannot name is ``unknown``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def start_attributes(user: str, job_id: int | None = None,
+                     job_name: str | None = None) -> TypedSearchAttributes:
+    """The search attributes a workflow starts with (the rest it upserts itself)."""
+    pairs: list[SearchAttributePair] = [
+        SearchAttributePair(SearchAttributeKey.for_keyword(SA_USER), user)]
+    if job_id is not None:
+        pairs.append(SearchAttributePair(SearchAttributeKey.for_keyword(SA_JOB_ID), str(job_id)))
+    if job_name:
+        pairs.append(SearchAttributePair(SearchAttributeKey.for_keyword(SA_JOB_NAME), job_name))
+    return TypedSearchAttributes(pairs)
