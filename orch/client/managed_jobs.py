@@ -110,6 +110,7 @@ class ManagedJobs:
                 MANAGED_JOB_IDS_WORKFLOW, JobIdsInput(), id=MANAGED_JOB_IDS_WORKFLOW_ID,
                 task_queue=self.client.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                static_summary="managed job ids: hands out 1, 2, 3, … in order",
             )
             try:
                 job_id: int = await self.temporal.execute_update_with_start_workflow(
