@@ -10,7 +10,8 @@ from orch.check import enabled_clouds
 from orch.failover_rules import Blocklist, Candidate
 from orch.optimizer import OptimizerError, plan
 from orch.records import Placement
-from orch.spec import Task
+from orch.settings import load_settings
+from orch.spec import SpecError, Task
 
 
 class PlanRequest(BaseModel):
@@ -29,6 +30,9 @@ def plan_candidates(request: PlanRequest) -> list[Candidate]:
         resources = task.resources.model_copy(update=pinned)
         task = task.model_copy(update={"resources": resources})
     try:
-        return plan(task, blocklist=request.blocklist, enabled_clouds=enabled_clouds())
-    except OptimizerError as exc:
+        settings = load_settings()  # the worker's config, re-read at each launch
+        return plan(task, blocklist=request.blocklist, enabled_clouds=enabled_clouds(),
+                    allowed_clouds=settings.allowed_clouds,
+                    default_regions=settings.default_regions())
+    except (OptimizerError, SpecError) as exc:
         raise ApplicationError(str(exc), type="NoCandidatesError", non_retryable=True) from exc

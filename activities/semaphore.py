@@ -9,15 +9,17 @@ as does the worker hosting `LaunchSemaphoreWorkflow`.
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from orch.semaphore import (
     ACQUIRE_SIGNAL,
     FIND_CLOSED_HOLDERS_ACTIVITY,
     LAUNCH_SEMAPHORE_WORKFLOW,
+    QUEUE_POSITION_QUERY,
     REQUEST_PERMIT_ACTIVITY,
     AcquireRequest,
     LaunchSemaphoreInput,
@@ -25,6 +27,7 @@ from orch.semaphore import (
     SemaphoreSettings,
 )
 
+POSITION_QUERY_TIMEOUT_S = 5
 # Describe calls in flight at once during a sweep (up to 2,000 job-slot holders).
 DESCRIBE_CONCURRENCY = 16
 
@@ -43,17 +46,28 @@ class SemaphoreActivities:
         self._semaphore_task_queue = semaphore_task_queue
 
     @activity.defn(name=REQUEST_PERMIT_ACTIVITY)
-    async def request_permit(self, permit: PermitRequest) -> None:
+    async def request_permit(self, permit: PermitRequest) -> int | None:
         """Signal-with-start: queues the acquire, starting the semaphore if none runs.
-        Safe to retry: the semaphore ignores a request id it has seen."""
-        await self._client.start_workflow(
+        Safe to retry: the semaphore ignores a request id it has seen. Returns how many
+        requests wait ahead of this one (None when granted at once, or when the semaphore
+        is too busy to say within a few seconds: the position is only shown to people)."""
+        handle = await self._client.start_workflow(
             LAUNCH_SEMAPHORE_WORKFLOW,
             LaunchSemaphoreInput(settings=self._settings),
             id=permit.semaphore_id,
             task_queue=self._semaphore_task_queue or activity.info().task_queue,
             start_signal=ACQUIRE_SIGNAL,
             start_signal_args=[permit.request],
+            static_summary=f"launch semaphore: {self._settings.limits.launch} launch permits, "
+                           f"{self._settings.limits.job} job slots",
         )
+        try:
+            ahead: int | None = await handle.query(
+                QUEUE_POSITION_QUERY, permit.request.request_id,
+                rpc_timeout=timedelta(seconds=POSITION_QUERY_TIMEOUT_S))
+        except (RPCError, WorkflowQueryFailedError):
+            return None
+        return ahead
 
     @activity.defn(name=FIND_CLOSED_HOLDERS_ACTIVITY)
     async def find_closed_permit_holders(self, holders: list[AcquireRequest]) -> list[str]:

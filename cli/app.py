@@ -12,6 +12,8 @@ from rich.console import Console
 from cli import display
 from orch.client import INVALID_RESOURCES, SERVER_ERRORS, Client, OrchError
 from orch.server import ControlPlaneError
+from orch.settings import Settings, load_settings
+from orch.spec import SpecError
 
 app = typer.Typer(
     name="orch",
@@ -33,6 +35,14 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def settings() -> Settings:
+    """The effective config (file, env, defaults); a broken one exits 2 with its message."""
+    try:
+        return load_settings()
+    except SpecError as err:
+        raise fail(str(err), code=2) from None
+
+
 def run(coro_fn: Callable[[Client], Awaitable[T]]) -> T:
     """Connect (starting the embedded control plane if needed), run, and turn every user
     error into a message and an exit code, never a traceback."""
@@ -44,6 +54,8 @@ def run(coro_fn: Callable[[Client], Awaitable[T]]) -> T:
 
     try:
         return asyncio.run(main())
+    except SpecError as err:  # a broken config file, read while connecting
+        raise fail(str(err), code=2) from None
     except OrchError as err:
         attempts = err.details.get("attempts")
         if attempts:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from cli import display
-from cli.app import AsJson, app, console
+from cli.app import AsJson, app, console, settings
 from orch.catalog.queries import list_accelerators
 from orch.check import check_clouds
 
@@ -16,7 +16,7 @@ from orch.check import check_clouds
 @app.command()
 def check() -> None:
     """Which clouds have working credentials on this machine, and why not."""
-    display.checks_table(console, check_clouds())
+    display.checks_table(console, check_clouds(allowed=settings().allowed_clouds))
 
 
 @app.command("show-gpus")

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from cli import display
-from cli.app import AsJson, Yes, app, console, err_console, fail, run
+from cli.app import AsJson, Yes, app, console, err_console, fail, run, settings
 from cli.tasks import overrides_from_flags, task_from_args
 from orch.check import check_clouds
 from orch.client import Client, ClusterSummary, OrchError
@@ -137,8 +137,10 @@ def exec_(
 
 def show_plan(task: Task, as_json: bool) -> None:
     """The optimizer's candidates over every cloud in the catalog, marked usable or not."""
+    config = settings()
     try:
-        candidates = plan(task)
+        candidates = plan(task, allowed_clouds=config.allowed_clouds,
+                          default_regions=config.default_regions())
     except OptimizerError as err:
         raise fail(str(err), code=2) from None
     checks = check_clouds(tuple(sorted({c.cloud for c in candidates})))

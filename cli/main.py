@@ -5,7 +5,15 @@ Each module registers its commands on the one typer app, in the order of ``--hel
 
 from __future__ import annotations
 
-from cli import catalog, clusters, cost_report, lifecycle, server, version  # noqa: F401  (they register commands)
+from cli import (  # noqa: F401  (they register commands)
+    catalog,
+    clusters,
+    config_cmd,  # noqa: F401  (registers `orch config`)
+    cost_report,
+    lifecycle,
+    server,
+    version,
+)
 from cli.app import app
 from cli.jobs import jobs_app
 from orch.process_exit import exit_code, exit_without_finalizing

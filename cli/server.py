@@ -8,8 +8,7 @@ import sys
 import typer
 
 from cli import display
-from cli.app import app, console, fail
-from orch.config import TemporalSettings
+from cli.app import app, console, fail, settings
 from orch.server import ControlPlane, ControlPlaneError
 
 server_app = typer.Typer(help="The embedded control plane (Temporal dev server + worker).",
@@ -36,10 +35,10 @@ def server_stop() -> None:
 @server_app.command("status")
 def server_status() -> None:
     """Where the Temporal server and its Web UI are."""
-    settings = TemporalSettings.from_env()
-    if settings.address:
-        console.print(f"Using the Temporal server at {settings.address} "
-                      f"(namespace {settings.namespace}); no embedded server.")
+    temporal = settings().temporal_settings()
+    if temporal.address:
+        console.print(f"Using the Temporal server at {temporal.address} "
+                      f"(namespace {temporal.namespace}); no embedded server.")
         return
     plane = ControlPlane()
     state = plane.state()
@@ -52,8 +51,8 @@ def server_status() -> None:
 @app.command()
 def worker() -> None:
     """Run an orch worker in the foreground (for a Temporal cluster: set TEMPORAL_ADDRESS)."""
-    settings = TemporalSettings.from_env()
-    address = settings.address
+    temporal = settings().temporal_settings()
+    address = temporal.address
     if not address:
         state = ControlPlane().state()
         if state is None:

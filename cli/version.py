@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from typer import completion
 
-from cli.app import app, console
+from cli.app import app, console, settings
 from orch.client.info import versions
 
 SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
@@ -44,10 +44,10 @@ def show_completion(ctx: typer.Context, param: typer.CallbackParam,
 
 def show_version(value: bool) -> None:
     """Print the versions and exit; nothing is started (the server is only asked when
-    TEMPORAL_ADDRESS names one, with a short timeout)."""
+    TEMPORAL_ADDRESS or the config names one, with a short timeout)."""
     if not value:
         return
-    found = asyncio.run(versions())
+    found = asyncio.run(versions(settings().temporal_settings()))
     console.print(f"orch {found.orch}", highlight=False)
     console.print(f"Temporal server {found.temporal_server} ({found.temporal_where})",
                   highlight=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -64,8 +65,14 @@ def check_cloud(cloud: str) -> CloudCheck:
     return CloudCheck(cloud=cloud, ok=ok, reason=reason)
 
 
-def check_clouds(clouds: tuple[str, ...] = ("local", *CATALOG_CLOUDS)) -> list[CloudCheck]:
-    return [check_cloud(cloud) for cloud in clouds]
+def check_clouds(clouds: tuple[str, ...] = ("local", *CATALOG_CLOUDS),
+                 allowed: Collection[str] | None = None) -> list[CloudCheck]:
+    """``allowed``: the config's ``allowed_clouds`` (None: every cloud); the others are
+    reported as such and not probed, as SkyPilot's ``sky check`` does."""
+    return [check_cloud(cloud) if allowed is None or cloud in allowed else
+            CloudCheck(cloud=cloud, ok=False,
+                       reason="not in the config's allowed_clouds (orch config show)")
+            for cloud in clouds]
 
 
 _cache: tuple[float, tuple[str, ...]] | None = None

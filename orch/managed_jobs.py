@@ -248,6 +248,7 @@ class ManagedJobInput(BaseModel):
     poll_interval_s: float = Field(default=DEFAULT_POLL_S, gt=0)
     max_launch_rounds: int | None = Field(default=None, ge=1)  # first launch; None: forever
     max_events_per_run: int = Field(default=4000, ge=100)
+    requested_by: str = ""  # user@host of the caller (the Web UI's static details)
     state: ManagedJobState | None = None  # set by continue-as-new
 
 

@@ -15,6 +15,13 @@ type. The request is read as SkyPilot reads it:
   without zones, no instance types, no GPUs and no spot; it is a candidate only when the
   request names none of those and its per-node cpus/memory fit this host.
 * Blocked parts of the search space (:class:`orch.failover_rules.Blocklist`) are left out.
+* The config's ``allowed_clouds`` (local included) bound the search; a resource set naming
+  a cloud outside them is infeasible, with a message saying so.
+* The config's ``default_region`` of a cloud is preferred, not required: when a resource set
+  names that cloud but no region or zone, its candidates in that region come first (then
+  the rest, cheapest first), so failover still reaches the other regions when the default
+  one has no capacity. (SkyPilot has no such knob; requiring it would turn a stockout in
+  one region into a failed launch, and ``region:`` in the task already says "only there".)
 
 Unknown names raise :class:`UnknownResourceError` with "did you mean" suggestions; requests
 nothing can satisfy raise :class:`InfeasibleResourcesError` saying why, per cloud.
@@ -24,7 +31,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from orch.catalog import CATALOG_CLOUDS, CatalogRow, list_accelerators, load_catalog
@@ -74,38 +81,72 @@ class HostResources:
 
 def plan(task: Task, *, blocklist: Blocklist | None = None,
          enabled_clouds: Iterable[str] | None = None,
-         host: HostResources | None = None) -> list[Candidate]:
+         host: HostResources | None = None,
+         allowed_clouds: Iterable[str] | None = None,
+         default_regions: Mapping[str, str] | None = None) -> list[Candidate]:
     """Every feasible candidate for ``task``, cheapest first (see the module docstring).
 
     ``enabled_clouds``: the catalog clouds with credentials (None: all of them); the local
     cloud is always enabled. ``host``: this machine's size (detected when None).
+    ``allowed_clouds``/``default_regions``: the config's (:mod:`orch.settings`).
     """
-    clouds = _enabled(enabled_clouds)
+    scope = _Scope.of(enabled_clouds, allowed_clouds)
     blocked = blocklist or Blocklist()
     resources = task.resources
     alternatives = resources.alternatives()
-    ranked: list[tuple[int, Candidate]] = []
+    ranked: list[tuple[int, int, Candidate]] = []
     failures: list[tuple[Resources, list[_Why]]] = []
     for rank, alternative in enumerate(alternatives):
         try:
-            request = _Request.of(alternative, clouds)
+            request = _Request.of(alternative, scope)
         except InfeasibleResourcesError as exc:  # other alternatives may still work
             failures.append((alternative, [_Why(alternative.cloud or "", str(exc))]))
             continue
         found, reasons = _candidates(request, task.num_nodes, blocked, host)
-        ranked += [(rank if resources.is_ordered else 0, c) for c in found]
+        preferred = _preferred_region(alternative, default_regions or {})
+        ranked += [(rank if resources.is_ordered else 0, 0 if c.region == preferred else 1, c)
+                   for c in found]
         if not found:
             failures.append((alternative, reasons))
     if not ranked:
         raise InfeasibleResourcesError(_infeasible_message(failures))
-    ranked.sort(key=lambda rc: (rc[0], rc[1].price_per_hour, rc[1].cloud, rc[1].region,
-                                rc[1].instance_type or "", rc[1].use_spot))
+    ranked.sort(key=lambda rc: (rc[0], rc[1], rc[2].price_per_hour, rc[2].cloud, rc[2].region,
+                                rc[2].instance_type or "", rc[2].use_spot))
     unique: dict[tuple[object, ...], Candidate] = {}
-    for _, candidate in ranked:
+    for _, _, candidate in ranked:
         key = (candidate.cloud, candidate.region, candidate.instance_type,
                candidate.use_spot, tuple(sorted((candidate.accelerators or {}).items())))
         unique.setdefault(key, candidate)
     return list(unique.values())
+
+
+def _preferred_region(res: Resources, default_regions: Mapping[str, str]) -> str | None:
+    """The config's default region of the cloud ``res`` names, when it names no region or
+    zone: its candidates go first, the other regions stay behind it as failover targets."""
+    if res.cloud is None or res.region is not None or res.zone is not None:
+        return None
+    return default_regions.get(res.cloud)
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """The clouds a search may use: ``usable`` (local first, when allowed) are enabled and
+    allowed; ``allowed`` is the config's list (None: every cloud)."""
+
+    enabled: tuple[str, ...]
+    allowed: tuple[str, ...] | None
+    usable: tuple[str, ...]
+
+    @classmethod
+    def of(cls, enabled_clouds: Iterable[str] | None,
+           allowed_clouds: Iterable[str] | None) -> _Scope:
+        enabled = _enabled(enabled_clouds)
+        allowed = None if allowed_clouds is None else tuple(c.lower() for c in allowed_clouds)
+        usable = tuple(c for c in (LOCAL, *enabled) if allowed is None or c in allowed)
+        return cls(enabled=enabled, allowed=allowed, usable=usable)
+
+    def allows(self, cloud: str) -> bool:
+        return self.allowed is None or cloud in self.allowed
 
 
 def _enabled(enabled_clouds: Iterable[str] | None) -> tuple[str, ...]:
@@ -140,15 +181,23 @@ class _Request:
     accelerator: tuple[str, int] | None
 
     @classmethod
-    def of(cls, res: Resources, enabled: tuple[str, ...]) -> _Request:
+    def of(cls, res: Resources, scope: _Scope) -> _Request:
         if res.cloud is not None and res.cloud not in _ALL_CLOUDS:
             raise UnknownResourceError(
                 f"unknown cloud {res.cloud!r}" + _suggest(res.cloud, _ALL_CLOUDS))
-        if res.cloud is not None and res.cloud != LOCAL and res.cloud not in enabled:
+        if res.cloud is not None and not scope.allows(res.cloud):
+            raise InfeasibleResourcesError(
+                f"cloud {res.cloud!r} is not in the config's allowed_clouds "
+                f"({', '.join(scope.allowed or ())}); see `orch config show`")
+        if res.cloud is not None and res.cloud != LOCAL and res.cloud not in scope.enabled:
             raise InfeasibleResourcesError(
                 f"cloud {res.cloud!r} is not enabled (enabled: "
-                f"{', '.join([LOCAL, *enabled])}); run `orch check`")
-        clouds = (res.cloud,) if res.cloud else (LOCAL, *enabled)
+                f"{', '.join(scope.usable)}); run `orch check`")
+        clouds = (res.cloud,) if res.cloud else scope.usable
+        if not clouds:
+            raise InfeasibleResourcesError(
+                f"no cloud of the config's allowed_clouds ({', '.join(scope.allowed or ())}) "
+                "is enabled; run `orch check`")
         region = _check_location(res, clouds)
         if region is not None:
             clouds = tuple(c for c in clouds if region in _regions_of(c))

@@ -32,6 +32,9 @@ SA_RESOURCES = "OrchResources"
 SA_AUTOSTOP = "OrchAutostop"
 SA_JOB_ID = "OrchJobId"  # on a managed job's workflow, which also publishes its cluster's
 SA_JOB_STATUS = "OrchJobStatus"
+SA_USER = "OrchUser"  # user@host of whoever started the cluster or managed job
+SA_JOB_NAME = "OrchJobName"  # a managed job's name
+SA_SUMMARY = "OrchSummary"  # the static summary again: the Web UI's list shows attributes only
 SEARCH_ATTRIBUTES = {
     SA_CLUSTER: "Keyword",
     SA_CLUSTER_STATUS: "Keyword",
@@ -44,6 +47,9 @@ SEARCH_ATTRIBUTES = {
     "OrchLaunchWaiting": "Int",
     SA_JOB_ID: "Keyword",  # the dev server allows at most 3 Int attributes
     SA_JOB_STATUS: "Keyword",
+    SA_USER: "Keyword",  # the dev server's SQLite visibility holds at most 10 Keywords
+    SA_JOB_NAME: "Keyword",
+    SA_SUMMARY: "Text",
 }
 
 
@@ -166,6 +172,7 @@ class LaunchRequest(BaseModel):
     task: Task
     retry_until_up: bool = False
     autostop: Autostop | None = None
+    requested_by: str = ""  # user@host of the caller, shown in the Web UI's details
 
 
 class StopRequest(BaseModel):
@@ -217,6 +224,8 @@ class LaunchInput(BaseModel):
     reuse: ClusterInfo | None = None  # an UP cluster: skip provisioning
     gcs_address: str | None = None
     job_id: int | None = None
+    requested_by: str = ""  # user@host of the caller (the Web UI's static details)
+    purpose: str = ""  # why it launches, when not for a plain cluster (a managed job's task)
 
 
 PROGRESS_SIGNAL = "launch_progress"

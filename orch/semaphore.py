@@ -17,6 +17,7 @@ ACQUIRE_SIGNAL = "acquire"
 RELEASE_SIGNAL = "release"
 GRANT_SIGNAL = "orch_permit_granted"
 PERMITS_QUERY = "permits"
+QUEUE_POSITION_QUERY = "queue_position"  # request id -> how many wait ahead of it (or None)
 REQUEST_PERMIT_ACTIVITY = "request_permit"
 FIND_CLOSED_HOLDERS_ACTIVITY = "find_closed_permit_holders"
 

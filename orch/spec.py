@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,15 @@ _NUMBER_OR_PLUS = re.compile(r"^\s*(\d+(\.\d+)?)\s*(\+?)\s*$")
 
 
 class SpecError(Exception):
-    """A task spec that cannot be used; ``problems`` pairs a field path with what is wrong."""
+    """A task spec that cannot be used; ``problems`` pairs a field path with what is wrong.
+    Subclasses name other user files (``what``) and share the CLI's exit code 2."""
+
+    what = "task spec"
 
     def __init__(self, source: str, problems: list[tuple[str, str]]):
         self.source = source
         self.problems = problems
-        lines = [f"{source}: invalid task spec"]
+        lines = [f"{source}: invalid {self.what}"]
         lines += [f"  {field}: {message}" if field else f"  {message}" for field, message in
                   problems]
         super().__init__("\n".join(lines))
@@ -266,22 +270,30 @@ TASK_FIELDS = sorted(Task.model_fields)
 RESOURCES_FIELDS = sorted(Resources.model_fields)
 
 
-def _suggest(word: str, options: list[str]) -> str:
+def suggest(word: str, options: list[str]) -> str:
+    """"; did you mean 'x'?" for the close matches of ``word`` (or "")."""
     close = difflib.get_close_matches(word, options, n=2, cutoff=0.6)
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
-def _describe(error: dict[str, Any]) -> tuple[str, str]:
+def _task_fields_at(loc: list[str]) -> list[str]:
+    """The field names allowed next to the last part of ``loc`` in a task."""
+    parent = loc[-2] if len(loc) > 1 else ""
+    return RESOURCES_FIELDS if parent in ("resources", "any_of", "ordered") or (
+        len(loc) > 2 and loc[-3] in ("any_of", "ordered")
+    ) else TASK_FIELDS if len(loc) == 1 else []
+
+
+def describe_error(error: dict[str, Any],
+                   fields_at: Callable[[list[str]], list[str]]) -> tuple[str, str]:
+    """One pydantic error as (field path, message); an unknown field gets the close
+    matches among ``fields_at(location)``."""
     loc = [str(part) for part in error["loc"]]
     # pydantic adds validator names ("function-before[...]") to locations; drop them.
     loc = [p for p in loc if not p.startswith(("function-", "constrained-"))]
     field = ".".join(loc)
     if error["type"] == "extra_forbidden":
-        parent = loc[-2] if len(loc) > 1 else ""
-        options = RESOURCES_FIELDS if parent in ("resources", "any_of", "ordered") or (
-            len(loc) > 2 and loc[-3] in ("any_of", "ordered")
-        ) else TASK_FIELDS if len(loc) == 1 else []
-        return field, "unknown field" + _suggest(loc[-1], options)
+        return field, "unknown field" + suggest(loc[-1], fields_at(loc))
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] not in ("value_error", "assertion_error") and "input" in error:
         message += f" (got {error['input']!r})"
@@ -320,7 +332,7 @@ def parse_task(data: Any, source: str, base: Path | None = None, prefix: str = "
     try:
         task = Task.model_validate(data)
     except ValidationError as exc:
-        problems = [_describe(dict(e)) for e in exc.errors()]
+        problems = [describe_error(dict(e), _task_fields_at) for e in exc.errors()]
         located = [(prefix + f if f else prefix.rstrip("."), m) for f, m in problems]
         raise SpecError(source, located) from None
     task, problems = _check_paths(task, base or Path.cwd())

@@ -1,4 +1,5 @@
-"""``python -m workers``: run an orch worker in the foreground until SIGTERM or Ctrl-C."""
+"""``python -m workers``: run an orch worker in the foreground until SIGTERM or Ctrl-C;
+``python -m workers --check``: exit 0 when a worker of this host polls (``workers.health``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from temporalio.worker import Worker
 from orch.client import connect_temporal
 from orch.config import TASK_QUEUE, TemporalSettings
 from orch.process_exit import exit_without_finalizing
+from orch.settings import load_settings
+from orch.spec import SpecError
+from workers.health import MAX_AGE_S, run_check, worker_identity
 from workers.registry import WORKFLOWS, activities
 
 # Blocking activities (cloud SDKs, SSH) run in threads; the managed-job watch is async and
@@ -35,6 +39,7 @@ async def run_worker(settings: TemporalSettings, task_queue: str = TASK_QUEUE) -
             activities=activities(client),
             activity_executor=executor,
             max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
+            identity=worker_identity(),  # what the health check looks for
         )
         async with worker:
             logging.info("orch worker polling %s on %s", task_queue, settings.address)
@@ -46,13 +51,23 @@ def main() -> None:
     parser.add_argument("--address", help="Temporal frontend (default: $TEMPORAL_ADDRESS)")
     parser.add_argument("--namespace")
     parser.add_argument("--task-queue", default=TASK_QUEUE)
+    parser.add_argument("--check", action="store_true",
+                        help="exit 0 when a worker of this host polls the task queue, else 1")
+    parser.add_argument("--max-age", type=float, default=MAX_AGE_S,
+                        help="with --check: seconds since a poller's last poll (default "
+                             f"{MAX_AGE_S:.0f})")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    settings = TemporalSettings.from_env()
+    try:
+        settings = load_settings().temporal_settings()
+    except SpecError as err:  # a broken config file: its message, exit 2
+        parser.error(str(err))
     updates = {k: v for k, v in (("address", args.address), ("namespace", args.namespace)) if v}
     settings = settings.model_copy(update=updates)
     if not settings.address:
         parser.error("no Temporal address: pass --address or set TEMPORAL_ADDRESS")
+    if args.check:
+        exit_without_finalizing(run_check(settings, args.task_queue, args.max_age))
     asyncio.run(run_worker(settings, args.task_queue))
     exit_without_finalizing(0)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +9,8 @@ from temporalio.client import Client
 
 from activities import managed_job, plan, provision, runtime
 from activities.semaphore import SemaphoreActivities
-from orch.semaphore import PermitLimits, SemaphoreSettings
+from orch.semaphore import SemaphoreSettings
+from orch.settings import load_settings
 from workflows.cluster import ClusterWorkflow
 from workflows.failover import FailoverWorkflow
 from workflows.launch import LaunchWorkflow
@@ -55,14 +55,11 @@ PLAIN_ACTIVITIES: list[Callable[..., Any]] = [
 
 
 def semaphore_settings() -> SemaphoreSettings:
-    """Limits from ``ORCH_LAUNCH_PERMITS`` (default 16) and ``ORCH_JOB_SLOTS`` (2,000);
-    they apply when the semaphore is (re)started."""
-    defaults = PermitLimits()
-    limits = PermitLimits(
-        launch=int(os.environ.get("ORCH_LAUNCH_PERMITS", defaults.launch)),
-        job=int(os.environ.get("ORCH_JOB_SLOTS", defaults.job)),
-    )
-    return SemaphoreSettings(limits=limits, publish_search_attributes=True)
+    """Limits from the config's ``launch_permits`` (default 16) and ``job_slots`` (2,000),
+    or ``ORCH_LAUNCH_PERMITS`` / ``ORCH_JOB_SLOTS``, which win; they apply when the
+    semaphore is (re)started."""
+    return SemaphoreSettings(limits=load_settings().permit_limits(),
+                             publish_search_attributes=True)
 
 
 def client_activities(client: Client, settings: SemaphoreSettings) -> list[Callable[..., Any]]:

@@ -13,6 +13,8 @@ lists are search attributes, so listing clusters is one visibility query.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -61,6 +63,14 @@ with workflow.unsafe.imports_passed_through():
     from orch.runtime.jobs import JobSpec
     from orch.spec import Task
     from orch.status import ClusterStatus
+    from orch.summaries import (
+        cluster_details,
+        instances_call,
+        launch_summary,
+        on_nodes,
+        task_details,
+        teardown_summary,
+    )
     from workflows.launch import LaunchWorkflow
     from workflows.options import (
         BEST_EFFORT,
@@ -96,6 +106,7 @@ class ClusterWorkflow:
         self.lock = asyncio.Lock()
         self.operations = 0
         self.schedule_changed = False  # wakes the run loop to recompute its timers
+        self.queued: list[str] = []  # operations waiting for the lock (the Web UI shows them)
 
     # -- queries and signals ----------------------------------------------------------
     @workflow.query
@@ -117,6 +128,7 @@ class ClusterWorkflow:
     @workflow.run
     async def run(self, request: ClusterInput) -> ClusterRecord:
         self._publish()
+        self._show()
         while True:
             wake_at = self._next_wakeup()
             timeout = None if wake_at is None else max(wake_at - workflow.now(), MIN_TIMER)
@@ -176,6 +188,30 @@ class ClusterWorkflow:
         self.state.step = step
         self.state.events = [*self.state.events[-(MAX_EVENTS - 1):], step]
         self.state.event_count += 1
+        self._show()
+
+    def _show(self) -> None:
+        """The Web UI's current details: the record's status and step, and what waits."""
+        details = cluster_details(self.state)
+        if self.queued:
+            details += f"\n\n**Waiting for the lock:** {', '.join(self.queued)}"
+        workflow.set_current_details(details)
+
+    @asynccontextmanager
+    async def _turn(self, operation: str) -> AsyncIterator[None]:
+        """Hold the lock for ``operation``; while another holds it, say so in the UI."""
+        self.queued.append(operation)
+        self._show()
+        try:
+            await self.lock.acquire()
+        finally:
+            self.queued.remove(operation)
+        try:
+            self._show()
+            yield
+        finally:
+            self.lock.release()
+            self._show()
 
     def _touch(self) -> None:
         """Something happened on the cluster: the autostop clock starts again."""
@@ -210,6 +246,7 @@ class ClusterWorkflow:
             self.state.ever_up = True
         self.schedule_changed = True
         self._publish()
+        self._show()
 
     def _child_id(self, kind: str) -> str:
         self.operations += 1
@@ -224,7 +261,7 @@ class ClusterWorkflow:
     # -- launch -------------------------------------------------------------------------
     @workflow.update
     async def launch(self, request: LaunchRequest) -> LaunchResult:
-        async with self.lock:
+        async with self._turn("launch"):
             self._require_not_gone()
             task = request.task
             if self.state.status == ClusterStatus.STOPPED:
@@ -248,7 +285,7 @@ class ClusterWorkflow:
                     reuse=self.state.info if reuse else None,
                     gcs_address=self.state.gcs_address if reuse else None,
                     job_id=job_id, retry_until_up=request.retry_until_up,
-                    was_up=self.state.ever_up,
+                    was_up=self.state.ever_up, requested_by=request.requested_by,
                 ), reuse)
             finally:
                 self._touch()
@@ -263,7 +300,9 @@ class ClusterWorkflow:
         setup, since the nodes and Ray are up: SkyPilot keeps it for debugging)."""
         try:
             output = await workflow.execute_child_workflow(
-                LaunchWorkflow.run, request, id=self._child_id("launch")
+                LaunchWorkflow.run, request, id=self._child_id("launch"),
+                static_summary=launch_summary(request.cluster_name, request.task, request.reuse),
+                static_details=task_details(request.task, request.requested_by),
             )
         except ChildWorkflowError as err:
             self.state.last_error = error_message(err)
@@ -288,7 +327,7 @@ class ClusterWorkflow:
     # -- exec ---------------------------------------------------------------------------
     @workflow.update
     async def exec(self, request: ExecRequest) -> int:
-        async with self.lock:
+        async with self._turn("exec"):
             self._require_up()
             task = request.task
             self._require_fit(task)
@@ -300,6 +339,7 @@ class ClusterWorkflow:
                     sync_files,
                     SyncRequest(info=self.state.info, workdir=task.workdir,
                                 file_mounts=task.file_mounts),
+                    summary=on_nodes("sync workdir and file mounts", self.state.info),
                     **LONG_CALL,
                 )
             await self._submit(task, job_id)
@@ -315,14 +355,16 @@ class ClusterWorkflow:
         self.state.step = f"submitting job {job_id}"
         spec = JobSpec.for_task(task, job_id, self.state.name, info, gcs_address)
         await workflow.execute_activity(
-            submit_job, SubmitRequest(head=info.head, spec=spec), **CLOUD_CALL
+            submit_job, SubmitRequest(head=info.head, spec=spec), **CLOUD_CALL,
+            summary=f"submit job {job_id}{f' ({task.name})' if task.name else ''} to the head "
+                    f"{info.head.address}",
         )
         self.state.step = ""
 
     # -- stop, start, down --------------------------------------------------------------
     @workflow.update
     async def stop(self, request: StopRequest) -> TeardownResult:
-        async with self.lock:
+        async with self._turn("stop"):
             self._require_stoppable()
             return await self._teardown(terminate=False, purge=False)
 
@@ -333,7 +375,7 @@ class ClusterWorkflow:
     @workflow.update
     async def start(self, request: StartRequest) -> ClusterRecord:
         """Resume the stopped instances where they are (their disks hold data), then Ray."""
-        async with self.lock:
+        async with self._turn("start"):
             self._require_startable()
             assert self.state.launched is not None
             self._set_status(ClusterStatus.INIT, step="starting")
@@ -351,7 +393,7 @@ class ClusterWorkflow:
 
     @workflow.update
     async def down(self, request: DownRequest) -> TeardownResult:
-        async with self.lock:
+        async with self._turn("down"):
             if self.state.status == ClusterStatus.TERMINATED:
                 return TeardownResult(message=f"Cluster {self.state.name} is already gone.")
             return await self._teardown(terminate=True, purge=request.purge)
@@ -365,7 +407,9 @@ class ClusterWorkflow:
         )
         try:
             result: TeardownResult = await workflow.execute_child_workflow(
-                TeardownWorkflow.run, teardown, id=self._child_id("down" if terminate else "stop")
+                TeardownWorkflow.run, teardown, id=self._child_id("down" if terminate else "stop"),
+                static_summary=teardown_summary(self.state.name, teardown.placement,
+                                                self.state.info, terminate),
             )
         except ChildWorkflowError as err:
             self.state.step = ""
@@ -405,7 +449,8 @@ class ClusterWorkflow:
             return
         try:
             jobs = await workflow.execute_activity(
-                jobs_activity, NodesRequest(info=self.state.info), **BEST_EFFORT
+                jobs_activity, NodesRequest(info=self.state.info), **BEST_EFFORT,
+                summary="autostop: read the head's job table for activity",
             )
         except ActivityError:
             self.state.last_activity_at = workflow.now()  # head unreachable: try again later
@@ -448,6 +493,8 @@ class ClusterWorkflow:
             InstancesRequest(cloud=placement.cloud, region=placement.region,
                              cluster_name=self.state.name),
             **CLOUD_CALL,
+            summary="refresh: " + instances_call("describe", placement.cloud, placement.region,
+                                                 self.state.name),
         )
         expected = [n.instance_id for n in self.state.info.nodes] if self.state.info else []
         healthy = None
@@ -457,7 +504,7 @@ class ClusterWorkflow:
             healthy = await workflow.execute_activity(
                 ray_healthy,
                 HealthRequest(info=self.state.info, gcs_address=self.state.gcs_address),
-                **BEST_EFFORT,
+                **BEST_EFFORT, summary=on_nodes("refresh: check Ray", self.state.info),
             )
         verdict = refresh_verdict(self.state.status, expected, found, healthy)
         self.state.warnings = [f"instances tagged for this cluster but not in its record "

@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from orch.failover_rules import Blocklist, Candidate, FailoverAttempt, record_failure
     from orch.records import FAILOVER_WORKFLOW, PROGRESS_SIGNAL, LaunchProgress, Placement
     from orch.spec import Task
+    from orch.summaries import attempt_phrase, instances_call, provision_call
     from workflows.options import (
         CLOUD_CALL,
         LONG_CALL,
@@ -93,7 +94,8 @@ class FailoverWorkflow:
         rounds = 0
         while True:
             await self._report(request, "waiting for a launch permit", waiting_for_permit=True)
-            permit = await acquire_permit("launch")
+            permit = await acquire_permit("launch", on_queued=lambda ahead: self._show(
+                f"waiting for a launch permit: {ahead} ahead when it queued"))
             await self._report(request, "got a launch permit", waiting_for_permit=False)
             try:
                 output = await self._round(request)
@@ -111,6 +113,9 @@ class FailoverWorkflow:
             delay = RETRY_ROUND_S[min(rounds, len(RETRY_ROUND_S) - 1)]
             rounds += 1
             workflow.logger.info("no candidate left; retrying in %s s", delay)
+            self._show(f"backing off {delay} s after round {rounds}"
+                       + (f" ({attempt_phrase(self.history[-1])})" if self.history else "")
+                       + ": --retry-until-up, no launch permit held meanwhile")
             await workflow.sleep(timedelta(seconds=delay))
             self.blocklist = request.blocklist
 
@@ -124,6 +129,8 @@ class FailoverWorkflow:
                     PlanRequest(task=request.task, blocklist=self.blocklist,
                                 placement=request.placement),
                     **CLOUD_CALL,
+                    summary=f"plan: candidates cheapest first, {len(self.history)} blocked by "
+                            "earlier attempts",
                 )
             except ActivityError as err:
                 if error_type(err) != "NoCandidatesError" or not self.history:
@@ -181,18 +188,25 @@ class FailoverWorkflow:
             # RunInstances still under way creates after the terminate would leak. A call
             # that then returns normally does not raise the cancel: _stop_if_cancelled does.
             wait_for_it = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+            cloud, region = candidate.cloud, candidate.region
             try:
-                await workflow.execute_activity(check_quota, provision, **CLOUD_CALL,
-                                                cancellation_type=wait_for_it)
+                await workflow.execute_activity(
+                    check_quota, provision, **CLOUD_CALL, cancellation_type=wait_for_it,
+                    summary=provision_call("quota", config, cloud))
                 _stop_if_cancelled()
-                await workflow.execute_activity(run_instances, provision, **CLOUD_CALL,
-                                                cancellation_type=wait_for_it)
+                await workflow.execute_activity(
+                    run_instances, provision, **CLOUD_CALL, cancellation_type=wait_for_it,
+                    summary=provision_call("create", config, cloud))
                 _stop_if_cancelled()
-                await workflow.execute_activity(wait_running, instances, **LONG_CALL,
-                                                cancellation_type=wait_for_it)
+                await workflow.execute_activity(
+                    wait_running, instances, **LONG_CALL, cancellation_type=wait_for_it,
+                    summary=instances_call("describe", cloud, region, request.cluster_name)
+                    + " until running")
                 _stop_if_cancelled()
-                info = await workflow.execute_activity(get_cluster_info, instances,
-                                                       **CLOUD_CALL, cancellation_type=wait_for_it)
+                info = await workflow.execute_activity(
+                    get_cluster_info, instances, **CLOUD_CALL, cancellation_type=wait_for_it,
+                    summary=instances_call("describe", cloud, region, request.cluster_name)
+                    + ": addresses")
                 _stop_if_cancelled()
                 return FailoverOutput(placement=placement, info=info, history=self.history)
             except (ActivityError, asyncio.CancelledError) as err:
@@ -221,9 +235,18 @@ class FailoverWorkflow:
                     return None
         return None
 
+    def _show(self, now: str) -> None:
+        """The Web UI's current details: the step, and the attempts so far."""
+        lines = [f"**Now:** {now}"]
+        if self.history:
+            lines.append(f"**Attempts:** {len(self.history)}, last: "
+                         + attempt_phrase(self.history[-1]))
+        workflow.set_current_details("\n\n".join(lines))
+
     async def _report(self, request: FailoverInput, step: str,
                       waiting_for_permit: bool | None = None) -> None:
         workflow.logger.info("%s", step)
+        self._show(step)
         if request.report_to:
             await workflow.get_external_workflow_handle(request.report_to).signal(
                 PROGRESS_SIGNAL, LaunchProgress(step=step, waiting_for_permit=waiting_for_permit)
@@ -231,12 +254,17 @@ class FailoverWorkflow:
 
     async def _remove_partial(self, instances: InstancesRequest, was_up: bool) -> None:
         """Partial nodes must be gone (or stopped) before the next candidate is tried."""
+        step = "stop" if was_up else "terminate"
+        call = instances_call(step, instances.cloud, instances.region, instances.cluster_name)
         if was_up:
-            await workflow.execute_activity(stop_instances, instances, **CLOUD_CALL)
+            await workflow.execute_activity(stop_instances, instances, **CLOUD_CALL,
+                                            summary=f"{call}: partial nodes")
             target: InstanceStatus | None = InstanceStatus.STOPPED
         else:
-            await workflow.execute_activity(terminate_instances, instances, **CLOUD_CALL)
+            await workflow.execute_activity(terminate_instances, instances, **CLOUD_CALL,
+                                            summary=f"{call}: partial nodes")
             target = None
         await workflow.execute_activity(
-            wait_instances_gone, WaitGoneRequest(instances=instances, target=target), **LONG_CALL
+            wait_instances_gone, WaitGoneRequest(instances=instances, target=target),
+            **LONG_CALL, summary=f"{call}: wait until {'stopped' if was_up else 'gone'}",
         )

@@ -31,12 +31,14 @@ with workflow.unsafe.imports_passed_through():
         LaunchOutput,
         LaunchProgress,
     )
+    from orch.summaries import failover_summary, on_nodes, task_details
     from workflows.failover import FailoverInput, FailoverWorkflow
     from workflows.options import LONG_CALL
 
 @workflow.defn(name=LAUNCH_WORKFLOW)
 class LaunchWorkflow:
     async def _report(self, progress: LaunchProgress) -> None:
+        workflow.set_current_details(f"**Now:** {progress.step}")
         parent = workflow.info().parent
         if parent is not None:
             handle = workflow.get_external_workflow_handle(parent.workflow_id)
@@ -58,22 +60,28 @@ class LaunchWorkflow:
                               retry_until_up=request.retry_until_up, was_up=request.was_up,
                               report_to=parent.workflow_id if parent else None),
                 id=f"{workflow.info().workflow_id}/failover",
+                static_summary=failover_summary(request.cluster_name, task, request.placement),
+                static_details=task_details(task, request.requested_by),
             )
             info, placement = provisioned.info, provisioned.placement
             await self._report(LaunchProgress(
                 step="waiting for nodes", placement=placement, info=info
             ))
             nodes = NodesRequest(info=info)
-            await workflow.execute_activity(wait_for_nodes, nodes, **LONG_CALL)
+            await workflow.execute_activity(wait_for_nodes, nodes, **LONG_CALL,
+                                            summary=on_nodes("wait for SSH", info))
             await self._report(LaunchProgress(step="setting up runtime"))
-            pythons = await workflow.execute_activity(setup_runtime, nodes, **LONG_CALL)
+            pythons = await workflow.execute_activity(
+                setup_runtime, nodes, **LONG_CALL,
+                summary=on_nodes("install the runtime (Python venv, Ray)", info))
             info = info.model_copy(update={"nodes": [
                 node.model_copy(update={"python": python})
                 for node, python in zip(info.nodes, pythons, strict=True)
             ]})
             await self._report(LaunchProgress(step="starting Ray", info=info))
             gcs_address = await workflow.execute_activity(
-                start_ray, StartRayRequest(info=info), **LONG_CALL
+                start_ray, StartRayRequest(info=info), **LONG_CALL,
+                summary=on_nodes("ray start", info),
             )
             await self._report(LaunchProgress(step="runtime ready", gcs_address=gcs_address))
         if task.workdir or task.file_mounts:
@@ -81,7 +89,7 @@ class LaunchWorkflow:
             await workflow.execute_activity(
                 sync_files,
                 SyncRequest(info=info, workdir=task.workdir, file_mounts=task.file_mounts),
-                **LONG_CALL,
+                **LONG_CALL, summary=on_nodes("sync workdir and file mounts", info),
             )
         if task.setup:
             await self._report(LaunchProgress(step="running setup"))
@@ -89,6 +97,7 @@ class LaunchWorkflow:
                 run_setup,
                 SetupRequest(info=info, cluster_name=request.cluster_name, setup=task.setup,
                              envs=task.envs, job_id=request.job_id, job_name=task.name),
-                **LONG_CALL,
+                **LONG_CALL, summary=on_nodes("run the task's setup", info),
             )
+        workflow.set_current_details(f"**Done:** {on_nodes('ready', info)}")
         return LaunchOutput(info=info, placement=placement, gcs_address=gcs_address)

@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         LAUNCH_SEMAPHORE_WORKFLOW,
         PERMIT_KINDS,
         PERMITS_QUERY,
+        QUEUE_POSITION_QUERY,
         RELEASE_SIGNAL,
         AcquireRequest,
         LaunchSemaphoreInput,
@@ -141,6 +142,15 @@ class LaunchSemaphoreWorkflow:
     def permits(self) -> SemaphoreView:
         return SemaphoreView(pools=[self._pool_view(kind) for kind in PERMIT_KINDS])
 
+    @workflow.query(name=QUEUE_POSITION_QUERY)
+    def queue_position(self, request_id: str) -> int | None:
+        """How many requests wait ahead of ``request_id``; None if it is not waiting."""
+        for kind in PERMIT_KINDS:
+            waiters = [w.request_id for w in self._state.pool(kind).waiters]
+            if request_id in waiters:
+                return waiters.index(request_id)
+        return None
+
     def _pool_view(self, kind: PermitKind) -> PoolView:
         pool = self._state.pool(kind)
         return PoolView(
@@ -159,6 +169,20 @@ class LaunchSemaphoreWorkflow:
             pool.holders.append(holder)
             self._undelivered.append(holder)
         self._send_grants()
+        self._show()
+
+    def _show(self) -> None:
+        """The Web UI's current details: each pool's use and who is next in line."""
+        lines = []
+        labels: dict[PermitKind, str] = {"launch": "Launch permits", "job": "Job slots"}
+        for kind, label in labels.items():
+            pool = self._state.pool(kind)
+            line = (f"**{label}:** {len(pool.holders)} of {self._settings.limits.of(kind)} "
+                    f"held, {len(pool.waiters)} waiting")
+            if pool.waiters:
+                line += f"; next: {pool.waiters[0].holder_id}"
+            lines.append(line)
+        workflow.set_current_details("\n\n".join(lines))
 
     def _finish(self, kind: PermitKind, request_id: str, *, why: str) -> None:
         """Frees the permit of `request_id`, or withdraws it from the queue, and
@@ -234,6 +258,7 @@ class LaunchSemaphoreWorkflow:
                 start_to_close_timeout=timedelta(minutes=5),
                 heartbeat_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=1)),
+                summary=f"reclaim: which of {len(held)} permit holders have closed",
             )
         finally:
             self._reclaiming = False

@@ -108,6 +108,14 @@ with workflow.unsafe.imports_passed_through():
     from orch.semaphore import LAUNCH_SEMAPHORE_ID
     from orch.spec import Task
     from orch.status import ClusterStatus, JobStatus
+    from orch.summaries import (
+        job_details,
+        job_task_purpose,
+        launch_summary,
+        short,
+        task_details,
+        teardown_summary,
+    )
     from workflows.cluster import resources_summary
     from workflows.launch import LaunchWorkflow
     from workflows.options import CLOUD_CALL, error_details, error_message, error_type
@@ -343,16 +351,23 @@ class ManagedJobWorkflow:
             plan.backoffs += 1
             plan.next_round_at = workflow.now() + delay
             self._set_status(ManagedJobStatus.PENDING, ScheduleState.ALIVE_BACKOFF)
-            self._event(EventKind.BACKOFF, f"next launch round in {delay.total_seconds():g} s "
-                                           "(no launch permit held meanwhile)", run)
+            self._event(EventKind.BACKOFF, f"backing off {delay.total_seconds():g} s after "
+                                           f"{short(message)}: no launch permit held meanwhile",
+                        run)
 
     async def _launch_round(self, run: TaskRun, request: LaunchInput
                             ) -> tuple[LaunchFailure, str] | None:
         """One LaunchWorkflow; None when the cluster is up and set up."""
         run.launching = True
+        state = self.state
+        request.purpose = job_task_purpose(state.job_id, state.name, run.index, len(state.runs))
+        request.requested_by = self.input.requested_by
         try:
             output = await workflow.execute_child_workflow(
-                LaunchWorkflow.run, request, id=self._child_id("launch", run)
+                LaunchWorkflow.run, request, id=self._child_id("launch", run),
+                static_summary=launch_summary(run.cluster_name, request.task, request.reuse,
+                                              request.purpose),
+                static_details=task_details(request.task, request.requested_by),
             )
         except ChildWorkflowError as err:
             if is_cancelled_exception(err):
@@ -392,7 +407,9 @@ class ManagedJobWorkflow:
         assert run.info is not None and run.info.head is not None
         request = SubmitRequest(head=run.info.head, spec=self._job_spec(run, task, job_id))
         try:
-            await workflow.execute_activity(submit_job, request, **CLOUD_CALL)
+            await workflow.execute_activity(
+                submit_job, request, **CLOUD_CALL,
+                summary=f"submit job {job_id} to the head of {run.cluster_name}")
         except ActivityError as err:
             if is_cancelled_exception(err):
                 raise
@@ -422,6 +439,8 @@ class ManagedJobWorkflow:
                 poll_interval_s=self.input.poll_interval_s,
             ),
             **WATCH_CALL,
+            summary=f"watch job {run.cluster_job_id} on {run.cluster_name} until it ends or "
+                    "the cluster is lost",
         )
 
     async def _recover(self, run: TaskRun, task: Task, why: str) -> None:
@@ -461,7 +480,10 @@ class ManagedJobWorkflow:
         request = PlanRequest(task=self.tasks[run.index], blocklist=phase.blocklist,
                               placement=phase.pin)
         try:
-            candidates = await workflow.execute_activity(plan_candidates, request, **CLOUD_CALL)
+            candidates = await workflow.execute_activity(
+                plan_candidates, request, **CLOUD_CALL,
+                summary=f"plan: where a cut-short launch of {run.cluster_name} may have "
+                        "provisioned")
         except ActivityError:
             candidates = []  # nowhere it could have provisioned
         for cloud, region in dict.fromkeys((c.cloud, c.region) for c in candidates):
@@ -486,6 +508,8 @@ class ManagedJobWorkflow:
                                       info=run.info, terminate=True),
                         id=self._child_id("down", run),
                         parent_close_policy=ParentClosePolicy.ABANDON,
+                        static_summary=teardown_summary(run.cluster_name, placement, run.info,
+                                                        terminate=True),
                     )
                 except ChildWorkflowError as err:
                     then = (f"trying again in {wait}" if wait is not None else
@@ -543,12 +567,14 @@ class ManagedJobWorkflow:
         task = run.index if run is not None else None
         workflow.logger.info("job %s: %s %s", self.state.job_id, kind, message)
         self.state.record(workflow.now(), kind, message, task)
+        workflow.set_current_details(job_details(self.state))
 
     def _set_status(self, status: ManagedJobStatus, schedule: ScheduleState) -> None:
         self.state.status, self.state.schedule_state = status, schedule
         if not self.state.current.status.is_terminal:
             self.state.current.status = status
         self._publish()
+        workflow.set_current_details(job_details(self.state))
 
     def _publish(self) -> None:
         """The memo (for `orch jobs queue`) and, when enabled, the search attributes that

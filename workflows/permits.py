@@ -28,6 +28,7 @@ path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 from pydantic import BaseModel
@@ -90,8 +91,10 @@ def _grant_inbox() -> _GrantInbox:
     return owner
 
 
-async def acquire_permit(kind: PermitKind, *, semaphore_id: str = LAUNCH_SEMAPHORE_ID) -> Permit:
-    """Waits, FIFO, for a permit of `kind` held by the calling workflow."""
+async def acquire_permit(kind: PermitKind, *, semaphore_id: str = LAUNCH_SEMAPHORE_ID,
+                         on_queued: Callable[[int], None] | None = None) -> Permit:
+    """Waits, FIFO, for a permit of `kind` held by the calling workflow. ``on_queued`` is
+    told how many requests wait ahead of this one when it has to wait (for the Web UI)."""
     info = workflow.info()
     inbox = _grant_inbox()
     request = AcquireRequest(
@@ -102,11 +105,15 @@ async def acquire_permit(kind: PermitKind, *, semaphore_id: str = LAUNCH_SEMAPHO
     )
     permit = Permit(semaphore_id=semaphore_id, kind=kind, request_id=request.request_id)
     try:
-        await workflow.execute_activity(
+        ahead = await workflow.execute_activity(
             REQUEST_PERMIT_ACTIVITY,
             PermitRequest(semaphore_id=semaphore_id, request=request),
             start_to_close_timeout=timedelta(seconds=30),
+            summary="ask the launch semaphore for a "
+                    + ("launch permit" if kind == "launch" else "job slot"),
         )
+        if on_queued is not None and isinstance(ahead, int):
+            on_queued(ahead)
         await workflow.wait_condition(lambda: request.request_id in inbox.granted)
     except BaseException:
         await permit.release()

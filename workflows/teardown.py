@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.runtime import NodesRequest, stop_ray
     from orch.clouds.base import InstanceStatus
     from orch.records import TEARDOWN_WORKFLOW, TeardownInput, TeardownResult
+    from orch.summaries import instances_call, on_nodes
     from workflows.options import BEST_EFFORT, CLOUD_CALL, LONG_CALL, error_message
 
 
@@ -38,9 +39,11 @@ class TeardownWorkflow:
             )
         warnings: list[str] = []
         if request.info is not None and request.info.nodes:
+            workflow.set_current_details("**Now:** " + on_nodes("ray stop", request.info))
             try:
                 warnings += await workflow.execute_activity(
-                    stop_ray, NodesRequest(info=request.info, timeout_s=60), **BEST_EFFORT
+                    stop_ray, NodesRequest(info=request.info, timeout_s=60), **BEST_EFFORT,
+                    summary=on_nodes("ray stop (best effort)", request.info),
                 )
             except ActivityError as err:
                 warnings.append(f"ray stop skipped: {error_message(err)}")
@@ -48,19 +51,27 @@ class TeardownWorkflow:
             cloud=request.placement.cloud, region=request.placement.region, cluster_name=name
         )
         action = terminate_instances if request.terminate else stop_instances
-        found = await workflow.execute_activity(action, instances, **CLOUD_CALL)
+        cloud, region = request.placement.cloud, request.placement.region
+        call = instances_call("terminate" if request.terminate else "stop", cloud, region, name)
+        workflow.set_current_details(f"**Now:** {call}")
+        found = await workflow.execute_activity(action, instances, **CLOUD_CALL, summary=call)
+        workflow.set_current_details(f"**Now:** waiting until {len(found)} instance(s) are "
+                                     f"{verb}")
         await workflow.execute_activity(
             wait_instances_gone,
             WaitGoneRequest(
                 instances=instances, target=None if request.terminate else InstanceStatus.STOPPED
             ),
             **LONG_CALL,
+            summary=instances_call("describe", cloud, region, name) + f" until {verb}",
         )
         if request.terminate:
-            await workflow.execute_activity(cleanup_ports, instances, **CLOUD_CALL)
-        cloud = request.placement.cloud
+            await workflow.execute_activity(
+                cleanup_ports, instances, **CLOUD_CALL,
+                summary=f"remove the firewall rules of {name} in {region}")
         if not found:
             message = f"Cluster {name} had no instances on {cloud}: nothing to do."
         else:
             message = f"Cluster {name}: {len(found)} instance(s) {verb}."
+        workflow.set_current_details(f"**Done:** {message}")
         return TeardownResult(message=message, instances=found, warnings=warnings)

@@ -38,6 +38,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCStatusCode
 
+from orch.client.attribution import requester, start_attributes
 from orch.clouds.base import NodeInfo
 from orch.config import TASK_QUEUE, TemporalSettings
 from orch.lifecycle import Autostop
@@ -68,8 +69,10 @@ from orch.records import (
 from orch.runtime.jobs import JobRecord
 from orch.runtime.runner import CommandRunner, runner_for
 from orch.server import ControlPlane
+from orch.settings import load_settings
 from orch.spec import Task
 from orch.status import ClusterStatus
+from orch.summaries import cluster_summary, task_details
 
 CONNECT_TIMEOUT_S = 60
 PROGRESS_POLL_S = 0.5
@@ -99,20 +102,36 @@ class ClusterSummary(BaseModel):
     autostop: str = ""  # e.g. "down after 30 min idle, at 2026-11-29 17:30 UTC"
 
 
+def _read_pem(variable: str, path: str | None) -> bytes | None:
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as err:
+        raise OrchError(f"{variable}={path}: {err.strerror}", "InvalidSettings") from None
+
+
+def tls_option(settings: TemporalSettings) -> TLSConfig | bool | None:
+    """What ``TemporalClient.connect`` gets as ``tls``: a TLSConfig when certificates are
+    named (mTLS, or a private CA), else ``settings.tls``; None lets the SDK turn TLS on
+    exactly when an API key is sent (Temporal Cloud)."""
+    if settings.tls_key and not settings.tls_cert:
+        raise OrchError("TEMPORAL_TLS_KEY is set without TEMPORAL_TLS_CERT", "InvalidSettings")
+    if settings.tls is not False and (settings.tls_cert or settings.tls_ca):
+        return TLSConfig(server_root_ca_cert=_read_pem("TEMPORAL_TLS_CA", settings.tls_ca),
+                         client_cert=_read_pem("TEMPORAL_TLS_CERT", settings.tls_cert),
+                         client_private_key=_read_pem("TEMPORAL_TLS_KEY", settings.tls_key))
+    return settings.tls
+
+
 async def connect_temporal(settings: TemporalSettings,
-                           retry_s: float = CONNECT_TIMEOUT_S) -> TemporalClient:
-    """Connect, retrying for ``retry_s`` (a dev server that just opened its port may not
-    serve yet)."""
+                           timeout_s: float = CONNECT_TIMEOUT_S) -> TemporalClient:
+    """Connect with retries (a dev server that just opened its port may not serve yet)."""
     assert settings.address
-    tls: TLSConfig | bool = False
-    if settings.tls_cert or settings.tls_ca:
-        def read(path: str | None) -> bytes | None:
-            return open(path, "rb").read() if path else None
-        tls = TLSConfig(server_root_ca_cert=read(settings.tls_ca),
-                        client_cert=read(settings.tls_cert),
-                        client_private_key=read(settings.tls_key))
+    tls = tls_option(settings)
     api_key = os.environ.get(settings.api_key_env) or None
-    deadline = asyncio.get_running_loop().time() + retry_s
+    deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         try:
             return await TemporalClient.connect(
@@ -152,9 +171,9 @@ class Client:
 
     @classmethod
     async def connect(cls, settings: TemporalSettings | None = None) -> Client:
-        """Use ``TEMPORAL_ADDRESS`` when set; otherwise start (or reuse) the embedded
-        control plane under ``$ORCH_HOME``."""
-        settings = settings or TemporalSettings.from_env()
+        """Use the config's Temporal server (``TEMPORAL_ADDRESS`` wins) when there is one;
+        otherwise start (or reuse) the embedded control plane under ``$ORCH_HOME``."""
+        settings = settings or load_settings().temporal_settings()
         ui_url = None
         if not settings.address:
             state = await asyncio.to_thread(ControlPlane().ensure)
@@ -210,15 +229,22 @@ class Client:
         is submitted. ``on_step`` is told each step and failover hop as it happens."""
         self.validate(task)
         cluster = cluster or f"orch-{secrets.token_hex(3)}"
+        user, summary = requester(), cluster_summary(cluster, task)
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             CLUSTER_WORKFLOW,
             ClusterInput(name=cluster),
             id=cluster_workflow_id(cluster),
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            search_attributes=start_attributes(user, summary),
+            static_summary=summary,
+            static_details=task_details(task, user),
         )
-        request = LaunchRequest(task=task, retry_until_up=retry_until_up, autostop=autostop)
-        seen = await self._event_count(cluster)
+        existing = await self.record(cluster)
+        seen = existing.event_count if existing else 0
+        request = self.launch_request(task, retry_until_up=retry_until_up, autostop=autostop,
+                                      new_cluster=existing is None)
+        request.requested_by = user
         try:
             update = await self.temporal.start_update_with_start_workflow(
                 "launch", request, start_workflow_operation=start,
@@ -230,16 +256,23 @@ class Client:
             cluster, update.result(), on_step, seen)
         return result
 
-    async def _event_count(self, cluster: str) -> int:
-        record = await self.record(cluster)
-        return record.event_count if record else 0
+    @staticmethod
+    def launch_request(task: Task, *, retry_until_up: bool, autostop: Autostop | None,
+                       new_cluster: bool) -> LaunchRequest:
+        """A cluster the launch creates gets the config's default autostop unless one is
+        given; a reused cluster keeps its own setting (``orch autostop`` may have set it)."""
+        if new_cluster:
+            autostop = load_settings().launch_autostop(autostop)
+        return LaunchRequest(task=task, retry_until_up=retry_until_up, autostop=autostop)
 
     @staticmethod
     def validate(task: Task) -> None:
         """Refuse, before anything starts, a task no cloud in the catalog could run (unknown
-        names get "did you mean"). Credentials are the worker's business, checked there."""
+        names get "did you mean"), or one the config's ``allowed_clouds`` exclude (a broken
+        config raises its :class:`orch.settings.ConfigError`). Credentials are the worker's
+        business, checked there."""
         try:
-            plan(task)
+            plan(task, allowed_clouds=load_settings().allowed_clouds)
         except OptimizerError as err:
             raise OrchError(str(err), INVALID_RESOURCES) from None
 

@@ -22,7 +22,7 @@ async def external_server_version(settings: TemporalSettings,
     must not hang or fail."""
 
     async def ask() -> str:
-        client = await connect_temporal(settings, retry_s=0)
+        client = await connect_temporal(settings, timeout_s=0)
         info = await client.workflow_service.get_system_info(GetSystemInfoRequest())
         return info.server_version or "unknown"
 
@@ -32,10 +32,10 @@ async def external_server_version(settings: TemporalSettings,
         return UNREACHABLE
 
 
-async def versions(settings: TemporalSettings | None = None) -> Versions:
-    """orch, Temporal server, Ray and catalog versions. With ``TEMPORAL_ADDRESS`` the
-    server is asked; otherwise the embedded server's binary tells (nothing is started)."""
-    settings = settings or TemporalSettings.from_env()
+async def versions(settings: TemporalSettings) -> Versions:
+    """orch, Temporal server, Ray and catalog versions. With an external server configured
+    (``TEMPORAL_ADDRESS`` or the config file) it is asked; otherwise the embedded server's
+    binary tells (nothing is started)."""
     if settings.address:
         server = await external_server_version(settings)
         return local_versions(server, settings.address)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import botocore.loaders
@@ -53,6 +53,7 @@ from orch.clouds.errors import (
     QuotaError,
     TransientError,
 )
+from orch.settings import load_settings
 
 logger = logging.getLogger(__name__)
 
@@ -304,7 +305,8 @@ class AWSProvider:
             types = {t["InstanceType"]: t for t in ec2.describe_instance_types(
                 InstanceTypes=sorted({i["InstanceType"] for i in instances}))["InstanceTypes"]}
             images = self._images(ec2, sorted({i["ImageId"] for i in instances}))
-        nodes = [_node_info(i, types[i["InstanceType"]], images.get(i["ImageId"]))
+        configured = load_settings().ssh_user  # the config's image -> login user
+        nodes = [_node_info(i, types[i["InstanceType"]], images.get(i["ImageId"]), configured)
                  for i in instances]
         return ClusterInfo(
             cloud=CLOUD, region=region,
@@ -373,7 +375,8 @@ def _require_instance_type(config: ProvisionConfig) -> str:
 
 
 def _node_info(
-    instance: dict[str, Any], type_info: dict[str, Any], image: dict[str, Any] | None
+    instance: dict[str, Any], type_info: dict[str, Any], image: dict[str, Any] | None,
+    configured: Mapping[str, str] | None = None,
 ) -> NodeInfo:
     gpus = {gpu["Name"]: int(gpu["Count"])
             for gpu in type_info.get("GpuInfo", {}).get("Gpus", [])}
@@ -383,7 +386,7 @@ def _node_info(
         external_ip=instance.get("PublicIpAddress"),
         is_head=is_head(instance),
         runner="ssh",
-        ssh_user=ssh_user(image),
+        ssh_user=ssh_user(image, instance.get("ImageId"), configured),
         cpus=float(type_info["VCpuInfo"]["DefaultVCpus"]),
         memory_gb=type_info["MemoryInfo"]["SizeInMiB"] / 1024,
         gpus=gpus,

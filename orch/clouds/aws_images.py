@@ -10,9 +10,11 @@ Canonical release, so they are never hard-coded). Ubuntu because orch's node run
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from orch.clouds.errors import BlockScope, InvalidConfigError
+from orch.settings import configured_user
 
 CANONICAL_OWNER = "099720109477"
 # hvm-ssd (gp2) up to 22.04, hvm-ssd-gp3 from 24.04; pro and minimal images live elsewhere.
@@ -52,8 +54,15 @@ def default_image_id(ec2: Any, architecture: str) -> str:
     return image_id
 
 
-def ssh_user(image: dict[str, Any] | None) -> str:
-    """The login user of ``image``: its ``orch-ssh-user`` tag, else known by its name."""
+def ssh_user(image: dict[str, Any] | None, image_id: str | None = None,
+             configured: Mapping[str, str] | None = None) -> str:
+    """The login user of ``image``: the config's ``ssh_user`` entry matching its id or
+    name (the user on this machine knows best), else its ``orch-ssh-user`` tag, else known
+    by its name; Ubuntu's when nothing is known."""
+    names = [image_id, *((image.get("ImageId"), image.get("Name")) if image else ())]
+    chosen = configured_user(configured or {}, *names)
+    if chosen:
+        return chosen
     if image is None:
         return DEFAULT_SSH_USER
     for tag in image.get("Tags", []):

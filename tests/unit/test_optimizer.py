@@ -379,3 +379,48 @@ def test_a_disabled_alternative_does_not_hide_the_others():
 
 def test_list_accelerators_is_available_from_the_optimizer():
     assert optimizer.list_accelerators("H200")
+
+
+# --- the config: allowed clouds and default regions ---------------------------------------
+
+def test_allowed_clouds_bound_the_search_local_included():
+    found = plan(task(), allowed_clouds=["gcp"], host=SMALL_HOST)
+    assert found and {c.cloud for c in found} == {"gcp"}
+    assert {c.cloud for c in plan(task(), host=SMALL_HOST)} >= {"local", "aws", "gcp"}
+    assert [c.cloud for c in plan(task(cpus=1), allowed_clouds=["local", "aws"],
+                                  host=SMALL_HOST)][0] == "local"
+
+
+def test_a_cloud_outside_allowed_clouds_is_refused_by_name():
+    with pytest.raises(InfeasibleResourcesError,
+                       match=r"cloud 'aws' is not in the config's allowed_clouds \(gcp, local\)"):
+        plan(task(cloud="aws"), allowed_clouds=["gcp", "local"], host=SMALL_HOST)
+    # another alternative may still be allowed
+    found = plan(task(any_of=[{"cloud": "aws"}, {"cloud": "gcp"}]), allowed_clouds=["gcp"],
+                 host=SMALL_HOST)
+    assert {c.cloud for c in found} == {"gcp"}
+
+
+def test_allowed_but_not_enabled_is_explained():
+    with pytest.raises(InfeasibleResourcesError,
+                       match=r"no cloud of the config's allowed_clouds \(azure\) is enabled"):
+        plan(task(), allowed_clouds=["azure"], enabled_clouds=["aws"], host=SMALL_HOST)
+
+
+def test_the_default_region_goes_first_and_the_rest_stay_for_failover():
+    cheapest = plan(task(cloud="aws"), host=SMALL_HOST)
+    default = next(c.region for c in reversed(cheapest) if c.region != cheapest[0].region)
+    found = plan(task(cloud="aws"), default_regions={"aws": default}, host=SMALL_HOST)
+    first = [c for c in found if c.region == default]
+    assert found[:len(first)] == first and prices(first) == sorted(prices(first))
+    rest = found[len(first):]
+    assert rest and prices(rest) == sorted(prices(rest))
+    assert {c.region for c in found} == {c.region for c in cheapest}
+
+
+def test_the_default_region_applies_only_when_the_cloud_is_named_without_a_region():
+    default = {"aws": "eu-west-1"}
+    assert plan(task(), default_regions=default, host=SMALL_HOST) == plan(task(), host=SMALL_HOST)
+    pinned = plan(task(cloud="aws", region="us-east-1"), default_regions=default,
+                  host=SMALL_HOST)
+    assert {c.region for c in pinned} == {"us-east-1"}

@@ -76,14 +76,16 @@ def provision_error(kind: str, code: str, scope: str) -> ApplicationError:
 
 @asynccontextmanager
 async def fake_cloud_worker(
-    env: WorkflowEnvironment, cloud: FakeCloud, testbed: ClusterTestbed | None = None
+    env: WorkflowEnvironment, cloud: FakeCloud, testbed: ClusterTestbed | None = None,
+    semaphore: SemaphoreSettings | None = None,
 ) -> AsyncIterator[ClusterTestbed]:
     """A worker on a fresh task queue (or ``testbed``'s again) with orch's workflows, the
     fake cloud's activities and the real semaphore activities. Unless a testbed is passed
     in, everything it started is terminated at the end, the launch semaphore included
     (it lives on this worker's task queue)."""
     bed = testbed or ClusterTestbed(env, f"test-{uuid.uuid4().hex[:8]}")
-    activities = cloud.activities() + client_activities(env.client, SemaphoreSettings())
+    activities = cloud.activities() + client_activities(env.client,
+                                                        semaphore or SemaphoreSettings())
     # No sticky cache: every workflow task replays the history (a determinism check on
     # every step), and a worker that stops leaves no sticky queue for the time-skipping
     # server to wait on while its clock is frozen.

@@ -47,7 +47,7 @@ from orch.semaphore import (
     SemaphoreSettings,
     SemaphoreView,
 )
-from tests.workflows.histories import DIRECTORY, load, save_with_children
+from tests.workflows.histories import latest, load, save_with_children
 from workflows.launch_semaphore import (
     LAUNCH_HOLDERS_ATTRIBUTE,
     LAUNCH_WAITING_ATTRIBUTE,
@@ -552,7 +552,7 @@ async def test_replay_recorded_history(harness: Harness) -> None:
     replayer = Replayer(
         workflows=[LaunchSemaphoreWorkflow], data_converter=harness.client.data_converter
     )
-    recorded = load(DIRECTORY / f"{HISTORY_NAME}.json")
+    recorded = load(latest(HISTORY_NAME))
     for history in (fresh, recorded):
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None

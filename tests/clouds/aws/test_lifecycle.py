@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,6 +46,21 @@ def test_cluster_info_lists_the_head_first_with_addresses_and_sizes(
         assert (node.runner, node.ssh_user, node.ssh_port) == ("ssh", "ubuntu", 22)
         assert (node.cpus, node.memory_gb, node.gpus) == (2.0, 8.0, {})
 
+
+
+def test_the_config_names_the_login_user_of_an_image(
+    provider: AWSProvider, cluster_name: str, moto_ec2: Any, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    provider.run_instances(make_config(cluster_name, num_nodes=1))
+    provider.wait_instances(REGION, cluster_name, RUNNING)
+    image_id = cluster_instances(moto_ec2, cluster_name)[0]["ImageId"]
+    (tmp_path / "config.yaml").write_text(f"ssh_user: {{'{image_id[:6]}*': rocky}}\n")
+    monkeypatch.setenv("ORCH_CONFIG", str(tmp_path / "config.yaml"))
+
+    info = provider.get_cluster_info(REGION, cluster_name)
+
+    assert [n.ssh_user for n in info.nodes] == ["rocky"]
 
 def test_query_and_wait_follow_stop_and_terminate(
     provider: AWSProvider, cluster_name: str
