@@ -85,11 +85,13 @@ REFUSED: dict[str, tuple[list[str], list[str]]] = {
 }
 
 
-def dryrun(home: Path, name: str, *args: str) -> subprocess.CompletedProcess[str]:
+def dryrun(home: Path, name: str, *args: str,
+           command: tuple[str, ...] = ("launch", "--dryrun", "--json")
+           ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ORCH_HOME": str(home), "COLUMNS": "200"}
     for key in ("TEMPORAL_ADDRESS", "ORCH_CONFIG"):
         env.pop(key, None)
-    result = subprocess.run([ORCH, "launch", "--dryrun", "--json", str(HERE / name), *args],
+    result = subprocess.run([ORCH, *command, str(HERE / name), *args],
                             env=env, cwd=HERE, capture_output=True, text=True, timeout=120,
                             stdin=subprocess.DEVNULL)
     assert "Traceback" not in result.stderr + result.stdout
@@ -125,3 +127,20 @@ def test_a_refused_form_exits_2_with_its_message(name: str, tmp_path: Path) -> N
         assert text in message, message
     assert "unknown field" not in message and "did you mean" not in message.replace(
         "did you mean 'aws'?", "")
+
+
+def test_an_env_file_gives_the_required_envs(tmp_path: Path) -> None:
+    result = dryrun(tmp_path, "envs_required.yaml", "--env-file", "required.env")
+    assert result.returncode == 0, result.stderr
+    missing = dryrun(tmp_path, "envs_required.yaml", "--env-file", "nope.env")
+    assert missing.returncode == 2 and "--env-file nope.env" in missing.stderr
+
+
+def test_jobs_launch_takes_the_same_flags_and_checks_them_before_starting(
+        tmp_path: Path) -> None:
+    result = dryrun(tmp_path, "infra_cloud.yaml", "--infra", "kubernetes", "-y",
+                    command=("jobs", "launch"))
+    assert result.returncode == 2 and "not supported by orch" in result.stderr
+    result = dryrun(tmp_path, "envs_required.yaml", "--env-file", "required.env",
+                    "--infra", "aws/nowhere-1", "-y", command=("jobs", "launch"))
+    assert result.returncode == 2 and "unknown region 'nowhere-1'" in result.stderr
