@@ -34,6 +34,7 @@ SA_JOB_ID = "OrchJobId"  # on a managed job's workflow, which also publishes its
 SA_JOB_STATUS = "OrchJobStatus"
 SA_USER = "OrchUser"  # user@host of whoever started the cluster or managed job
 SA_JOB_NAME = "OrchJobName"  # a managed job's name
+SA_SUMMARY = "OrchSummary"  # the static summary again: the Web UI's list shows attributes only
 SEARCH_ATTRIBUTES = {
     SA_CLUSTER: "Keyword",
     SA_CLUSTER_STATUS: "Keyword",
@@ -48,6 +49,7 @@ SEARCH_ATTRIBUTES = {
     SA_JOB_STATUS: "Keyword",
     SA_USER: "Keyword",  # the dev server's SQLite visibility holds at most 10 Keywords
     SA_JOB_NAME: "Keyword",
+    SA_SUMMARY: "Text",
 }
 
 

@@ -9,6 +9,7 @@ worker is started as a process (``python -m workers``); this module never import
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
 import socket
@@ -82,6 +83,33 @@ def _terminate(pid: int | None, grace_s: float = 10.0) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def _operator(binary: Path, address: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(binary), "operator", "search-attribute", *args,
+                           "--address", address], capture_output=True, text=True, timeout=30,
+                          stdin=subprocess.DEVNULL)
+
+
+def _register_missing_attributes(binary: Path, address: str, deadline: float) -> bool:
+    """Register the search attributes a database made by an older orch lacks (the dev
+    server's ``--search-attribute`` flags take effect only when it creates the database,
+    and a workflow start naming an unknown attribute is refused). True if it registered
+    any."""
+    listed = _operator(binary, address, "list", "--output", "json")
+    while listed.returncode != 0 and time.monotonic() < deadline:  # the port opens first
+        time.sleep(0.5)
+        listed = _operator(binary, address, "list", "--output", "json")
+    if listed.returncode != 0:
+        raise ControlPlaneError(f"cannot list the search attributes:\n{listed.stderr}")
+    known = json.loads(listed.stdout).get("customAttributes", {})
+    missing = {name: kind for name, kind in SEARCH_ATTRIBUTES.items() if name not in known}
+    for name, kind in missing.items():  # one at a time: given several names, it adds one
+        created = _operator(binary, address, "create", "--name", name, "--type", kind)
+        if created.returncode != 0:
+            raise ControlPlaneError(f"cannot register the search attribute {name}:\n"
+                                    f"{created.stderr}")
+    return bool(missing)
+
+
 class ControlPlane:
     def __init__(self, home: Path | None = None):
         self.dir = (home or orch_home()) / "server"
@@ -139,20 +167,29 @@ class ControlPlane:
         ]
         for name, kind in SEARCH_ATTRIBUTES.items():
             args += ["--search-attribute", f"{name}={kind}"]
+        deadline = time.monotonic() + START_TIMEOUT_S
+        pid = self._spawn_server(args, port, deadline)
+        address = f"127.0.0.1:{port}"
+        if _register_missing_attributes(binary, address, deadline):
+            _terminate(pid)  # it checks workflows against the attributes it started with
+            pid = self._spawn_server(args, port, deadline)
+        state = ServerState(port=port, ui_port=ui_port, server_pid=pid,
+                            started_at=datetime.now(UTC))
+        self._save(state)
+        return state
+
+    def _spawn_server(self, args: list[str], port: int, deadline: float) -> int:
+        """Start the dev server and return its pid once it listens on ``port``."""
         with open(self.dir / "temporal.log", "ab") as log:
             process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, start_new_session=True)
-        state = ServerState(port=port, ui_port=ui_port, server_pid=process.pid,
-                            started_at=datetime.now(UTC))
-        deadline = time.monotonic() + START_TIMEOUT_S
         while not _port_open(port):
             if process.poll() is not None or time.monotonic() > deadline:
                 _terminate(process.pid)
                 tail = (self.dir / "temporal.log").read_text(errors="replace")[-2000:]
                 raise ControlPlaneError(f"the Temporal dev server did not start:\n{tail}")
             time.sleep(0.2)
-        self._save(state)
-        return state
+        return process.pid
 
     def _start_worker(self, state: ServerState) -> int:
         # The worker's sandboxes, keys and wheels live in this control plane's home, whatever

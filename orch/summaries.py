@@ -1,9 +1,10 @@
 """What the Temporal Web UI says about orch's workflows and activities, in words.
 
-Temporal shows a workflow's *static summary* in its list and on its page, its *static
-details* and *current details* (markdown) on its page, and each activity's *summary* in
-the event history and the timeline. These functions turn orch's records into that text.
-They are pure, since workflows call them: no clock, no environment, no I/O.
+Temporal shows a workflow's *static summary*, *static details* and *current details*
+(markdown) on its page (User Metadata), and each activity's *summary* in the event history
+and the timeline. Its list shows no summaries (only search attributes: the client copies a
+cluster's and a job's summary into ``OrchSummary``). These functions turn orch's records
+into that text. They are pure, since workflows call them: no clock, no environment, no I/O.
 
 The formats, chosen so that an operator can read a history without opening payloads:
 

@@ -258,6 +258,7 @@ class LaunchSemaphoreWorkflow:
                 start_to_close_timeout=timedelta(minutes=5),
                 heartbeat_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=1)),
+                summary=f"reclaim: which of {len(held)} permit holders have closed",
             )
         finally:
             self._reclaiming = False

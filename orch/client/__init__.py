@@ -229,15 +229,15 @@ class Client:
         is submitted. ``on_step`` is told each step and failover hop as it happens."""
         self.validate(task)
         cluster = cluster or f"orch-{secrets.token_hex(3)}"
-        user = requester()
+        user, summary = requester(), cluster_summary(cluster, task)
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             CLUSTER_WORKFLOW,
             ClusterInput(name=cluster),
             id=cluster_workflow_id(cluster),
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            search_attributes=start_attributes(user),
-            static_summary=cluster_summary(cluster, task),
+            search_attributes=start_attributes(user, summary),
+            static_summary=summary,
             static_details=task_details(task, user),
         )
         existing = await self.record(cluster)

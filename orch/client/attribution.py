@@ -9,7 +9,7 @@ import socket
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from orch.records import SA_JOB_ID, SA_JOB_NAME, SA_USER
+from orch.records import SA_JOB_ID, SA_JOB_NAME, SA_SUMMARY, SA_USER
 
 
 def requester() -> str:
@@ -21,11 +21,14 @@ def requester() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def start_attributes(user: str, job_id: int | None = None,
+def start_attributes(user: str, summary: str, job_id: int | None = None,
                      job_name: str | None = None) -> TypedSearchAttributes:
-    """The search attributes a workflow starts with (the rest it upserts itself)."""
+    """The search attributes a workflow starts with (the rest it upserts itself). The
+    summary is one of them because the Web UI's workflow list shows search attributes as
+    columns but not static summaries (its list API does not return them)."""
     pairs: list[SearchAttributePair] = [
-        SearchAttributePair(SearchAttributeKey.for_keyword(SA_USER), user)]
+        SearchAttributePair(SearchAttributeKey.for_keyword(SA_USER), user),
+        SearchAttributePair(SearchAttributeKey.for_text(SA_SUMMARY), summary)]
     if job_id is not None:
         pairs.append(SearchAttributePair(SearchAttributeKey.for_keyword(SA_JOB_ID), str(job_id)))
     if job_name:

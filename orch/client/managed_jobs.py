@@ -110,6 +110,7 @@ class ManagedJobs:
                 MANAGED_JOB_IDS_WORKFLOW, JobIdsInput(), id=MANAGED_JOB_IDS_WORKFLOW_ID,
                 task_queue=self.client.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                static_summary="managed job ids: hands out 1, 2, 3, … in order",
             )
             try:
                 job_id: int = await self.temporal.execute_update_with_start_workflow(
@@ -136,14 +137,14 @@ class ManagedJobs:
         job_id = await self.allocate_id()
         name = name or tasks[0].name
         summary = summarize(new_state(job_id, name, tasks, datetime.now(UTC)))
-        user = requester()
+        user, headline = requester(), job_summary(job_id, name, tasks)
         await self.temporal.start_workflow(
             MANAGED_JOB_WORKFLOW,
             ManagedJobInput(job_id=job_id, name=name, tasks=tasks, requested_by=user),
             id=managed_job_workflow_id(job_id), task_queue=self.client.task_queue,
             memo={MEMO_SUMMARY: summary.model_dump(mode="json")},
-            search_attributes=start_attributes(user, job_id, name),
-            static_summary=job_summary(job_id, name, tasks),
+            search_attributes=start_attributes(user, headline, job_id, name),
+            static_summary=headline,
             static_details=pipeline_details(tasks, user),
         )
         return job_id

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from temporalio.client import Client
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from orch.server import ControlPlane
-from tests.e2e.conftest import Orch
+from orch.config import venv_binary
+from orch.records import SA_CLUSTER, SEARCH_ATTRIBUTES
+from orch.server import ControlPlane, _free_port, _port_open, _terminate
+from tests.e2e.conftest import Orch, wait_for
 
 pytestmark = pytest.mark.e2e
+KEYS: dict[str, Callable[[str], Any]] = {"Keyword": SearchAttributeKey.for_keyword,
+                                         "Text": SearchAttributeKey.for_text,
+                                         "Int": SearchAttributeKey.for_int}
 
 
 def test_two_homes_run_side_by_side_on_their_own_ports(orch: Orch, tmp_path: Path) -> None:
@@ -52,3 +63,41 @@ def test_an_external_server_is_used_and_none_started(orch: Orch, tmp_path: Path)
     assert "Using the Temporal server at" in cli("server", "status").stdout
     assert isinstance(cli.json("status"), list)
     assert not (cli.home / "server").exists()
+
+
+def test_a_database_from_an_older_orch_gains_the_search_attributes_added_since(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "old-home"
+    (home / "server").mkdir(parents=True)
+    port, ui_port = _free_port(), _free_port()
+    older = subprocess.Popen(  # an orch that knew one search attribute made this database
+        [str(venv_binary("temporal")), "server", "start-dev", "--headless",
+         "--db-filename", str(home / "server" / "temporal.db"), "--ip", "127.0.0.1",
+         "--port", str(port), "--ui-port", str(ui_port), "--log-level", "error",
+         "--search-attribute", f"{SA_CLUSTER}=Keyword"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: _port_open(port), 60, "the older server")
+    finally:
+        _terminate(older.pid)
+    cli = Orch(home)
+    try:
+        cli("server", "start")
+        state = ControlPlane(home).state()
+        assert state is not None
+
+        asyncio.run(start_with_every_attribute(state.address))  # refused if one is unknown
+    finally:
+        cli("server", "stop")
+
+
+async def start_with_every_attribute(address: str) -> None:
+    client = await Client.connect(address)
+    values: dict[str, object] = {"Keyword": "x", "Text": "x y", "Int": 1}
+    pairs = [SearchAttributePair(KEYS[kind](name), values[kind])
+             for name, kind in SEARCH_ATTRIBUTES.items()]
+    handle = await client.start_workflow("NoSuchWorkflow", id="every-attribute",
+                                         task_queue="nobody-polls",
+                                         search_attributes=TypedSearchAttributes(pairs))
+    await handle.terminate()
