@@ -23,6 +23,8 @@ from orch.spec import SpecError, Task
 from orch.status import ClusterStatus, JobStatus
 
 # Options shared by launch and exec (they override the task YAML).
+Infra = Annotated[str | None, typer.Option(
+    "--infra", help="CLOUD[/REGION[/ZONE]], * for any part: aws, gcp/us-central1, */us-east-1.")]
 Cloud = Annotated[str | None, typer.Option("--cloud", help="local, aws, gcp or azure.")]
 Region = Annotated[str | None, typer.Option("--region")]
 Zone = Annotated[str | None, typer.Option("--zone")]
@@ -33,6 +35,8 @@ Gpus = Annotated[str | None, typer.Option("--gpus", help="e.g. A100:8.")]
 NumNodes = Annotated[int | None, typer.Option("--num-nodes", min=1)]
 UseSpot = Annotated[bool | None, typer.Option("--use-spot/--no-use-spot")]
 Env = Annotated[list[str] | None, typer.Option("--env", help="K=V (or K: taken from your env).")]
+EnvFile = Annotated[str | None, typer.Option(
+    "--env-file", help="A dotenv file of K=V lines (--env wins over it).")]
 Workdir = Annotated[str | None, typer.Option("--workdir")]
 Detach = Annotated[bool, typer.Option("--detach-run", "-d", help="Do not follow the output.")]
 
@@ -62,10 +66,11 @@ def exit_for(record: JobRecord, cluster: str) -> None:
 def launch(
     entrypoint: Annotated[str | None, typer.Argument(help="Task YAML, or a command.")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", "-c")] = None,
-    cloud: Cloud = None, region: Region = None, zone: Zone = None,
+    infra: Infra = None, cloud: Cloud = None, region: Region = None, zone: Zone = None,
     instance_type: InstanceType = None, cpus: Cpus = None, memory: Memory = None,
     gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
-    env: Env = None, workdir: Workdir = None, detach_run: Detach = False,
+    env: Env = None, env_file: EnvFile = None, workdir: Workdir = None,
+    detach_run: Detach = False,
     name: Annotated[str | None, typer.Option("--name", "-n", help="The task's name.")] = None,
     dryrun: Annotated[bool, typer.Option(
         "--dryrun", help="Show the plan (candidates, cheapest first) and launch nothing.")] = False,
@@ -79,9 +84,10 @@ def launch(
     yes: Yes = False,
 ) -> None:
     """Launch a cluster (or reuse an UP one) and run a task on it."""
-    task = parse_task(entrypoint, name=name, cloud=cloud, region=region, zone=zone,
-                      instance_type=instance_type, cpus=cpus, memory=memory, gpus=gpus,
-                      num_nodes=num_nodes, use_spot=use_spot, env=env, workdir=workdir)
+    task = parse_task(entrypoint, name=name, infra=infra, cloud=cloud, region=region,
+                      zone=zone, instance_type=instance_type, cpus=cpus, memory=memory,
+                      gpus=gpus, num_nodes=num_nodes, use_spot=use_spot, env=env,
+                      env_file=env_file, workdir=workdir)
     if dryrun:
         show_plan(task, as_json)
         return
@@ -115,16 +121,18 @@ def launch(
 def exec_(
     cluster: Annotated[str, typer.Argument(help="An UP cluster.")],
     entrypoint: Annotated[str | None, typer.Argument(help="Task YAML, or a command.")] = None,
-    cloud: Cloud = None, region: Region = None, zone: Zone = None,
+    infra: Infra = None, cloud: Cloud = None, region: Region = None, zone: Zone = None,
     instance_type: InstanceType = None, cpus: Cpus = None, memory: Memory = None,
     gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
-    env: Env = None, workdir: Workdir = None, detach_run: Detach = False,
+    env: Env = None, env_file: EnvFile = None, workdir: Workdir = None,
+    detach_run: Detach = False,
     name: Annotated[str | None, typer.Option("--name", "-n")] = None,
 ) -> None:
     """Run a task on an UP cluster (no provisioning, no setup)."""
-    task = parse_task(entrypoint, name=name, cloud=cloud, region=region, zone=zone,
-                      instance_type=instance_type, cpus=cpus, memory=memory, gpus=gpus,
-                      num_nodes=num_nodes, use_spot=use_spot, env=env, workdir=workdir)
+    task = parse_task(entrypoint, name=name, infra=infra, cloud=cloud, region=region,
+                      zone=zone, instance_type=instance_type, cpus=cpus, memory=memory,
+                      gpus=gpus, num_nodes=num_nodes, use_spot=use_spot, env=env,
+                      env_file=env_file, workdir=workdir)
 
     async def go(client: Client) -> None:
         job_id = await client.exec(cluster, task)

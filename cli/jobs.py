@@ -18,7 +18,9 @@ from cli.clusters import (
     Cpus,
     Detach,
     Env,
+    EnvFile,
     Gpus,
+    Infra,
     InstanceType,
     Memory,
     NumNodes,
@@ -84,16 +86,18 @@ def launch(
     entrypoint: Annotated[str, typer.Argument(
         help="Task YAML (several documents: a pipeline), or a command.")],
     name: Annotated[str | None, typer.Option("--name", "-n", help="The job's name.")] = None,
-    cloud: Cloud = None, region: Region = None, zone: Zone = None,
+    infra: Infra = None, cloud: Cloud = None, region: Region = None, zone: Zone = None,
     instance_type: InstanceType = None, cpus: Cpus = None, memory: Memory = None,
     gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
-    env: Env = None, workdir: Workdir = None, detach_run: Detach = False,
+    env: Env = None, env_file: EnvFile = None, workdir: Workdir = None,
+    detach_run: Detach = False,
     yes: Yes = False,
 ) -> None:
     """Launch a managed job: each task on a cluster of its own, recovered on preemption."""
-    pipeline = _pipeline(entrypoint, cloud=cloud, region=region, zone=zone,
+    pipeline = _pipeline(entrypoint, infra=infra, cloud=cloud, region=region, zone=zone,
                          instance_type=instance_type, cpus=cpus, memory=memory, gpus=gpus,
-                         num_nodes=num_nodes, use_spot=use_spot, env=env, workdir=workdir)
+                         num_nodes=num_nodes, use_spot=use_spot, env=env, env_file=env_file,
+                         workdir=workdir)
     job_name = name or pipeline.name
     if not yes and sys.stdin.isatty():
         what = f"{len(pipeline.tasks)} tasks" if len(pipeline.tasks) > 1 else "a task"

@@ -25,9 +25,9 @@ def misfit(task: Task, record: ClusterRecord) -> str | None:
     if node is not None:
         if wanted.min_cpus() > node.cpus:
             return f"the task needs {wanted.cpus} CPUs per node; cluster {name} has {node.cpus:g}"
-        if wanted.min_memory_gb() > node.memory_gb:
-            return (f"the task needs {wanted.memory} GB per node; cluster {name} has "
-                    f"{node.memory_gb:g} GB")
+        if wanted.min_memory_gb(node.cpus) > node.memory_gb:
+            return (f"the task needs {wanted.min_memory_gb(node.cpus):g} GB per node "
+                    f"(memory {wanted.memory}); cluster {name} has {node.memory_gb:g} GB")
         for accelerator, count in (wanted.accelerators or {}).items():
             if node.gpus.get(accelerator, 0) < count:
                 have_gpus = ", ".join(f"{k}:{v}" for k, v in node.gpus.items()) or "no GPUs"

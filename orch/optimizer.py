@@ -5,8 +5,10 @@ type. The request is read as SkyPilot reads it:
 
 * ``cpus``/``memory`` ``"4"`` means at least 4 but prefers the smallest fit: per region only
   the instance types with the fewest vCPUs (then the least memory) that satisfy it are kept.
-  ``"4+"`` keeps every instance type with at least 4. With no cpus, memory, instance type or
-  accelerators at all, clouds with instance types use ``cpus: 4`` (:data:`DEFAULT_CPUS`).
+  ``"4+"`` keeps every instance type with at least 4. ``memory: "8x"`` asks for at least 8
+  GiB per vCPU of each instance type (SkyPilot's ratio). With no cpus, memory, instance
+  type or accelerators at all, clouds with instance types use SkyPilot's default:
+  ``cpus: 8+`` and ``memory: 4x`` (:data:`DEFAULT_CPUS`, :data:`DEFAULT_MEMORY`).
 * Accelerators match by name (case-insensitive) and exact count; instance types with
   accelerators are only offered when accelerators (or that instance type) are asked for.
 * ``any_of`` alternatives are merged and sorted by price; ``ordered`` alternatives keep the
@@ -50,7 +52,10 @@ __all__ = [
 
 LOCAL = "local"
 _ALL_CLOUDS = (LOCAL, *CATALOG_CLOUDS)
-DEFAULT_CPUS = "4"
+# SkyPilot 0.10's default for a task that sizes nothing (its AWS/GCP/Azure catalogs'
+# _DEFAULT_NUM_VCPUS = 8 and _DEFAULT_MEMORY_CPU_RATIO = 4).
+DEFAULT_CPUS = "8+"
+DEFAULT_MEMORY = "4x"
 
 
 class OptimizerError(Exception):
@@ -368,13 +373,19 @@ def _from_catalog(cloud: str, request: _Request, num_nodes: int,
     return found, None
 
 
+def _sizes_nothing(res: Resources) -> bool:
+    return res.cpus is None and res.memory is None and res.instance_type is None and (
+        not res.accelerators)
+
+
 def _cpus_asked(res: Resources) -> str | None:
     """The cpus request, defaulting to :data:`DEFAULT_CPUS` when nothing sizes the node."""
-    if res.cpus is None and res.memory is None and res.instance_type is None and (
-        not res.accelerators
-    ):
-        return DEFAULT_CPUS
-    return res.cpus
+    return DEFAULT_CPUS if _sizes_nothing(res) else res.cpus
+
+
+def _memory_asked(res: Resources) -> Resources:
+    """``res`` with :data:`DEFAULT_MEMORY` when nothing sizes the node."""
+    return res.model_copy(update={"memory": DEFAULT_MEMORY}) if _sizes_nothing(res) else res
 
 
 def _fit_size(rows: list[CatalogRow], res: Resources) -> list[CatalogRow]:
@@ -382,9 +393,11 @@ def _fit_size(rows: list[CatalogRow], res: Resources) -> list[CatalogRow]:
     region, only the smallest fit."""
     cpus = _cpus_asked(res)
     min_cpus = float(cpus.rstrip("+")) if cpus else 0.0
-    rows = [r for r in rows if r.vcpus >= min_cpus and r.memory_gib >= res.min_memory_gb()]
+    sized = _memory_asked(res)
+    rows = [r for r in rows
+            if r.vcpus >= min_cpus and r.memory_gib >= sized.min_memory_gb(r.vcpus)]
     prefer_fewest_cpus = cpus is not None and not cpus.endswith("+")
-    prefer_least_memory = res.memory is not None and not res.memory.endswith("+")
+    prefer_least_memory = res.memory is not None and not res.memory.endswith(("+", "x"))
 
     def size(r: CatalogRow) -> tuple[float, float]:
         return (r.vcpus if prefer_fewest_cpus else 0.0,
@@ -436,8 +449,10 @@ def _describe_offer(res: Resources, accelerator: tuple[str, int] | None) -> str:
 
 
 def _size_text(res: Resources) -> str:
-    cpus = _cpus_asked(res)
-    parts = [f"{cpus} vCPUs" if cpus else "", f"{res.memory} GiB of memory" if res.memory else ""]
+    cpus, memory = _cpus_asked(res), _memory_asked(res).memory
+    parts = [f"{cpus} vCPUs" if cpus else "",
+             f"{memory[:-1]} GiB of memory per vCPU" if memory and memory.endswith("x")
+             else f"{memory} GiB of memory" if memory else ""]
     return " and ".join(p for p in parts if p) or "any size"
 
 

@@ -9,33 +9,40 @@ the field.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-_NUMBER_OR_PLUS = re.compile(r"^\s*(\d+(\.\d+)?)\s*(\+?)\s*$")
-
-
-class SpecError(Exception):
-    """A task spec that cannot be used; ``problems`` pairs a field path with what is wrong.
-    Subclasses name other user files (``what``) and share the CLI's exit code 2."""
-
-    what = "task spec"
-
-    def __init__(self, source: str, problems: list[tuple[str, str]]):
-        self.source = source
-        self.problems = problems
-        lines = [f"{source}: invalid {self.what}"]
-        lines += [f"  {field}: {message}" if field else f"  {message}" for field, message in
-                  problems]
-        super().__init__("\n".join(lines))
+from orch.spec_envs import is_env_name, required_envs, substitute
+from orch.spec_envs import parse_env_file as parse_env_file  # re-exported for the CLI
+from orch.spec_envs import parse_env_flags as parse_env_flags
+from orch.spec_errors import SpecError
+from orch.spec_infra import conflicts, parse_infra
+from orch.spec_unsupported import (
+    FILE_MOUNTS_STORAGE,
+    IMAGE_DOCKER,
+    UNSUPPORTED,
+    WORKDIR_GIT,
+    is_bucket_uri,
+    refused_field,
+)
+from orch.spec_values import number_or_plus
+from orch.spec_values import parse_accelerators as parse_accelerators
+from orch.suggest import suggest
 
 
 class _Strict(BaseModel):
@@ -62,54 +69,14 @@ class JobRecovery(_Strict):
         return value
 
 
-def _number_or_plus(value: Any, what: str) -> str | None:
-    """Normalise ``4``, ``"4"``, ``"4+"``, ``"16GB"`` into ``"4"`` / ``"4+"``."""
-    if value is None:
-        return None
-    text = str(value).strip()
-    if what == "memory":
-        text = re.sub(r"(?i)\s*gb?(\+?)$", r"\1", text)
-    match = _NUMBER_OR_PLUS.match(text)
-    if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"expected a positive number, optionally followed by '+', got {value!r}")
-    number = match.group(1)
-    if number.endswith(".0"):
-        number = number[:-2]
-    return number + match.group(3)
-
-
-def parse_accelerators(value: Any) -> dict[str, int | None] | None:
-    """``"A100:8"`` → ``{"A100": 8}``; a mapping is kept (``None`` counts mean "any of")."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        name, _, count = value.partition(":")
-        if not name.strip():
-            raise ValueError(f"expected NAME or NAME:COUNT, got {value!r}")
-        try:
-            number = int(float(count)) if count else 1
-        except ValueError:
-            raise ValueError(f"expected NAME:COUNT with a whole count, got {value!r}") from None
-        return {name.strip(): number}
-    if isinstance(value, dict):
-        parsed: dict[str, int | None] = {}
-        for name, count in value.items():
-            if count is None:  # YAML's set form {A100:8, H100:8}: counts inside the names
-                parsed.update(parse_accelerators(str(name)) or {})
-                continue
-            if not isinstance(count, int | float) or count <= 0:
-                raise ValueError(f"count of {name!r} must be a positive number, got {count!r}")
-            parsed[str(name)] = int(count)
-        return parsed
-    raise ValueError(f"expected NAME, NAME:COUNT, a mapping or a list, got {value!r}")
-
-
 class Resources(_Strict):
     """One set of resource requirements; ``any_of`` / ``ordered`` list alternatives."""
 
     cloud: str | None = None
     region: str | None = None
     zone: str | None = None
+    # Input only: another way of writing cloud/region/zone (see _infra_location).
+    infra: None = Field(default=None, exclude=True)
     instance_type: str | None = None
     cpus: str | None = None
     memory: str | None = None
@@ -121,6 +88,21 @@ class Resources(_Strict):
     job_recovery: JobRecovery | None = None
     any_of: list[Resources] | None = None
     ordered: list[Resources] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _infra_location(cls, data: Any) -> Any:
+        """``infra`` fills the cloud/region/zone not given beside it (a wildcard or a
+        missing part as None, so an ``any_of`` entry's ``infra`` replaces the place it
+        would inherit); the ``infra`` field's validator reports a malformed one."""
+        if not isinstance(data, dict) or data.get("infra") is None:
+            return data
+        try:
+            location = parse_infra(data["infra"])
+        except ValueError:
+            return data
+        filled = {k: v for k, v in location.parts().items() if data.get(k) is None}
+        return {**data, **filled}
 
     @model_validator(mode="before")
     @classmethod
@@ -160,15 +142,36 @@ class Resources(_Strict):
     def _cloud_lower(cls, value: str | None) -> str | None:
         return value.lower() if value else value
 
+    @field_validator("infra", mode="before")
+    @classmethod
+    def _infra(cls, value: Any, info: ValidationInfo) -> None:
+        """Checks ``infra`` (already copied into cloud/region/zone) and keeps None, so a
+        task equals the same task written with cloud/region/zone."""
+        if value is None:
+            return None
+        clash = conflicts(parse_infra(value), info.data)
+        if clash:
+            given = " and ".join(f"{field} {info.data[field]!r}" for field in clash)
+            raise ValueError(f"infra {value!r} disagrees with {given}; say where once, in "
+                             "infra or in cloud/region/zone")
+        return None
+
+    @field_validator("image_id", mode="before")
+    @classmethod
+    def _image_id(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower().startswith("docker:"):
+            raise ValueError(UNSUPPORTED[IMAGE_DOCKER])
+        return value
+
     @field_validator("cpus", mode="before")
     @classmethod
     def _cpus(cls, value: Any) -> str | None:
-        return _number_or_plus(value, "cpus")
+        return number_or_plus(value, "cpus")
 
     @field_validator("memory", mode="before")
     @classmethod
     def _memory(cls, value: Any) -> str | None:
-        return _number_or_plus(value, "memory")
+        return number_or_plus(value, "memory")
 
     @field_validator("ports", mode="before")
     @classmethod
@@ -207,8 +210,14 @@ class Resources(_Strict):
     def min_cpus(self) -> float:
         return float(self.cpus.rstrip("+")) if self.cpus else 0.0
 
-    def min_memory_gb(self) -> float:
-        return float(self.memory.rstrip("+")) if self.memory else 0.0
+    def min_memory_gb(self, vcpus: float | None = None) -> float:
+        """The GiB asked for; a ratio (``8x``) is per vCPU of ``vcpus`` (default: the
+        cpus asked for)."""
+        if not self.memory:
+            return 0.0
+        if self.memory.endswith("x"):
+            return float(self.memory[:-1]) * (self.min_cpus() if vcpus is None else vcpus)
+        return float(self.memory.rstrip("+"))
 
 
 class Task(_Strict):
@@ -230,17 +239,27 @@ class Task(_Strict):
             raise ValueError("expected letters, digits, '.', '_' or '-' (at most 63)")
         return value
 
+    @field_validator("workdir", mode="before")
+    @classmethod
+    def _workdir(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            raise ValueError(UNSUPPORTED[WORKDIR_GIT])
+        return value
+
     @field_validator("envs", mode="before")
     @classmethod
     def _envs(cls, value: Any) -> dict[str, str]:
+        """Values as strings; null stays as "" (SkyPilot's "required": see spec_envs)."""
         if value is None:
             return {}
         if not isinstance(value, dict):
             raise ValueError("expected a mapping of NAME: value")
         envs = {}
         for key, item in value.items():
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(key)):
+            if not is_env_name(str(key)):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
+            if isinstance(item, dict | list):
+                raise ValueError(f"{key}: expected a string or a number, got {item!r}")
             envs[str(key)] = "" if item is None else str(item)
         return envs
 
@@ -251,6 +270,10 @@ class Task(_Strict):
             return {}
         if not isinstance(value, dict):
             raise ValueError("expected a mapping of REMOTE_PATH: LOCAL_PATH")
+        buckets = [str(remote) for remote, local in value.items()
+                   if isinstance(local, dict) or (isinstance(local, str) and is_bucket_uri(local))]
+        if buckets:
+            raise ValueError(f"{', '.join(buckets)}: {UNSUPPORTED[FILE_MOUNTS_STORAGE]}")
         mounts = {}
         for remote, local in value.items():
             if not isinstance(local, str):
@@ -270,12 +293,6 @@ TASK_FIELDS = sorted(Task.model_fields)
 RESOURCES_FIELDS = sorted(Resources.model_fields)
 
 
-def suggest(word: str, options: list[str]) -> str:
-    """"; did you mean 'x'?" for the close matches of ``word`` (or "")."""
-    close = difflib.get_close_matches(word, options, n=2, cutoff=0.6)
-    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-
-
 def _task_fields_at(loc: list[str]) -> list[str]:
     """The field names allowed next to the last part of ``loc`` in a task."""
     parent = loc[-2] if len(loc) > 1 else ""
@@ -284,16 +301,24 @@ def _task_fields_at(loc: list[str]) -> list[str]:
     ) else TASK_FIELDS if len(loc) == 1 else []
 
 
-def describe_error(error: dict[str, Any],
-                   fields_at: Callable[[list[str]], list[str]]) -> tuple[str, str]:
+def _task_refused(loc: list[str]) -> str | None:
+    """The message of a SkyPilot field orch refuses at ``loc`` (see spec_unsupported)."""
+    return refused_field(loc, in_resources=_task_fields_at(loc) is RESOURCES_FIELDS)
+
+
+def describe_error(error: dict[str, Any], fields_at: Callable[[list[str]], list[str]],
+                   refused: Callable[[list[str]], str | None] | None = None
+                   ) -> tuple[str, str]:
     """One pydantic error as (field path, message); an unknown field gets the close
-    matches among ``fields_at(location)``."""
+    matches among ``fields_at(location)``, unless ``refused`` names it as a field of
+    another tool that is refused on purpose (then its message, and no hint)."""
     loc = [str(part) for part in error["loc"]]
     # pydantic adds validator names ("function-before[...]") to locations; drop them.
     loc = [p for p in loc if not p.startswith(("function-", "constrained-"))]
     field = ".".join(loc)
     if error["type"] == "extra_forbidden":
-        return field, "unknown field" + suggest(loc[-1], fields_at(loc))
+        why = refused(loc) if refused else None
+        return field, why or "unknown field" + suggest(loc[-1], fields_at(loc))
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] not in ("value_error", "assertion_error") and "input" in error:
         message += f" (got {error['input']!r})"
@@ -323,27 +348,50 @@ def _check_paths(task: Task, base: Path) -> tuple[Task, list[tuple[str, str]]]:
     return task.model_copy(update=update), problems
 
 
-def parse_task(data: Any, source: str, base: Path | None = None, prefix: str = "") -> Task:
-    """Validate one task mapping; relative paths resolve against ``base`` (default: cwd)."""
+def _substituted(task: Task) -> Task:
+    """``${NAME}``/``$NAME`` of the task's envs filled into workdir and file_mounts."""
+    envs = task.envs
+    mounts = {substitute(k, envs): substitute(v, envs) for k, v in task.file_mounts.items()}
+    workdir = substitute(task.workdir, envs) if task.workdir else task.workdir
+    return task.model_copy(update={"file_mounts": mounts, "workdir": workdir})
+
+
+def parse_task(data: Any, source: str, base: Path | None = None, prefix: str = "", *,
+               envs: Mapping[str, str] | None = None, as_written: bool = True) -> Task:
+    """Validate one task mapping; relative paths resolve against ``base`` (default: cwd).
+    ``envs`` (the command line's) override the task's before anything reads them. A task
+    ``as_written`` by the user gets SkyPilot's env rules (spec_envs): a required env still
+    empty is refused, ``$VAR`` in paths is filled; a task loaded before has had them."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise SpecError(source, [(prefix.rstrip("."), "expected a mapping of task fields")])
+    written: Mapping[object, object] = data["envs"] if isinstance(data.get("envs"), dict) else {}
+    if envs and isinstance(data.get("envs") or {}, dict):
+        data = {**data, "envs": {**(data.get("envs") or {}), **envs}}
     try:
         task = Task.model_validate(data)
     except ValidationError as exc:
-        problems = [describe_error(dict(e), _task_fields_at) for e in exc.errors()]
+        problems = [describe_error(dict(e), _task_fields_at, _task_refused)
+                    for e in exc.errors()]
         located = [(prefix + f if f else prefix.rstrip("."), m) for f, m in problems]
         raise SpecError(source, located) from None
+    if as_written:
+        missing = [n for n in required_envs(written) if task.envs.get(n, "") == ""]
+        if missing:
+            raise SpecError(source, [(f"{prefix}envs.{name}", "required (null or empty in "
+                                      f"the task): give it with --env {name}=VALUE or "
+                                      "--env-file") for name in missing])
+        task = _substituted(task)
     task, problems = _check_paths(task, base or Path.cwd())
     if problems:
         raise SpecError(source, [(prefix + f, m) for f, m in problems])
     return task
 
 
-def load_pipeline(path: str | Path) -> Pipeline:
+def load_pipeline(path: str | Path, envs: Mapping[str, str] | None = None) -> Pipeline:
     """Load a task or pipeline YAML file. Relative paths resolve against the cwd, as in
-    SkyPilot."""
+    SkyPilot; ``envs`` (from the command line) override every task's."""
     source = str(path)
     file = Path(path)
     if not file.is_file():
@@ -361,7 +409,7 @@ def load_pipeline(path: str | Path) -> Pipeline:
         documents = documents[1:]
     many = len(documents) > 1
     tasks = [
-        parse_task(doc, source, prefix=f"task[{i}]." if many else "")
+        parse_task(doc, source, prefix=f"task[{i}]." if many else "", envs=envs)
         for i, doc in enumerate(documents)
     ]
     return Pipeline(name=name or tasks[0].name, tasks=tasks)
@@ -378,56 +426,3 @@ def looks_like_yaml(entrypoint: str) -> bool:
     return entrypoint.endswith((".yaml", ".yml")) or (
         Path(entrypoint).is_file() and " " not in entrypoint
     )
-
-
-class Overrides(_Strict):
-    """Command-line flags that override a task's YAML (``None`` = not given)."""
-
-    name: str | None = None
-    cloud: str | None = None
-    region: str | None = None
-    zone: str | None = None
-    instance_type: str | None = None
-    cpus: str | None = None
-    memory: str | None = None
-    gpus: str | None = None
-    num_nodes: int | None = None
-    use_spot: bool | None = None
-    envs: dict[str, str] = Field(default_factory=dict)
-    workdir: str | None = None
-
-
-def apply_overrides(task: Task, overrides: Overrides, source: str = "command line") -> Task:
-    """Return ``task`` with the flags applied, validated again as a whole."""
-    data = task.model_dump(exclude_unset=True)
-    resources = dict(data.get("resources", {}))
-    for key in ("cloud", "region", "zone", "instance_type", "cpus", "memory", "use_spot"):
-        value = getattr(overrides, key)
-        if value is not None:
-            resources[key] = value
-    if overrides.gpus is not None:
-        resources["accelerators"] = overrides.gpus
-        resources.pop("any_of", None)
-        resources.pop("ordered", None)
-    data["resources"] = resources
-    if overrides.num_nodes is not None:
-        data["num_nodes"] = overrides.num_nodes
-    if overrides.name is not None:
-        data["name"] = overrides.name
-    if overrides.workdir is not None:
-        data["workdir"] = overrides.workdir
-    data["envs"] = {**task.envs, **overrides.envs}
-    return parse_task(data, source)
-
-
-def parse_env_flags(values: list[str], source: str = "--env") -> dict[str, str]:
-    """``K=V`` pairs; a bare ``K`` takes its value from this process's environment."""
-    envs = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep:
-            if key not in os.environ:
-                raise SpecError(source, [(key, "not set in the environment; use K=V")])
-            value = os.environ[key]
-        envs[key] = value
-    return envs

@@ -148,10 +148,22 @@ def test_memory_is_a_lower_bound_too():
     assert {c.memory_gb for c in smallest} == {64}
 
 
-def test_default_request_gets_four_cpus_on_clouds():
+def test_default_request_gets_skypilots_default_on_clouds():
+    """Nothing sized: SkyPilot's cpus 8+ and memory 4x (4 GiB per vCPU) on every cloud."""
     found = plan(task(), enabled_clouds=["aws"], host=SMALL_HOST)
     assert [c.cloud for c in found[:1]] == ["local"]
-    assert {c.cpus for c in found[1:]} == {4}
+    clouds = found[1:]
+    assert clouds and all(c.cpus >= 8 and c.memory_gb >= 4 * c.cpus for c in clouds)
+    assert clouds[0].cpus == 8
+    rows = [r for r in load_catalog("aws").rows if r.accelerator_name is None]
+    assert any(r.vcpus >= 8 and r.memory_gib < 4 * r.vcpus for r in rows)  # some left out
+
+
+def test_memory_ratio_is_per_vcpu_of_each_instance_type():
+    found = plan(task(cloud="gcp", cpus="4+", memory="8x"), host=SMALL_HOST)
+    assert found and all(c.memory_gb >= 8 * c.cpus for c in found)
+    loose = plan(task(cloud="gcp", cpus="4+"), host=SMALL_HOST)
+    assert len(loose) > len(found)
 
 
 def test_cpu_requests_never_get_gpu_instances():

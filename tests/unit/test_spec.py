@@ -7,15 +7,14 @@ from pathlib import Path
 import pytest
 
 from orch.spec import (
-    Overrides,
     RecoveryStrategy,
     SpecError,
-    apply_overrides,
     load_pipeline,
     load_task,
     parse_env_flags,
     parse_task,
 )
+from orch.spec_overrides import Overrides, apply_overrides
 
 
 def write(tmp_path: Path, text: str, name: str = "task.yaml") -> Path:

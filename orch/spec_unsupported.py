@@ -1,0 +1,64 @@
+"""The SkyPilot task fields orch refuses, in one table: field path → the message.
+
+A SkyPilot user's YAML must never be half-run: a field orch cannot honour is refused by
+name ("SkyPilot field X is not supported by orch"), never reported as an unknown field
+nor answered with a typo hint toward another field, and never planned and dropped. The
+keys are the field paths as SkyPilot's YAML reference writes them; ``resources.X`` also
+applies inside ``any_of`` / ``ordered``. Keys with a ``:`` name a form of a field orch
+otherwise supports (the validators of those fields look their message up here).
+"""
+
+from __future__ import annotations
+
+import re
+
+IMAGE_DOCKER = "resources.image_id: docker:<image>"
+WORKDIR_GIT = "workdir: {url, ref}"
+FILE_MOUNTS_STORAGE = "file_mounts: bucket URI or {name, source, store, mode}"
+
+
+def _refused(field: str, why: str) -> str:
+    return f"SkyPilot field {field} is not supported by orch: {why}"
+
+
+UNSUPPORTED: dict[str, str] = {
+    "config": _refused("config", "per-task advanced config (docker, kubernetes, gcp, "
+                       "nvidia_gpus options) has no counterpart in orch"),
+    "service": _refused("service", "orch runs clusters and managed jobs, not SkyServe "
+                        "services"),
+    "volumes": _refused("volumes", "orch does not attach volumes"),
+    "secrets": _refused("secrets", "not yet; pass the value with --env NAME (taken from "
+                        "your environment) meanwhile"),
+    "resources.accelerator_args": _refused("resources.accelerator_args", "orch does not "
+                                           "run TPUs"),
+    "resources.autostop": _refused("resources.autostop", "give it on the command line: "
+                                   "orch launch -i MINUTES [--down]"),
+    "resources.labels": _refused("resources.labels", "orch does not put user labels on "
+                                 "instances yet"),
+    "resources.disk_tier": _refused("resources.disk_tier", "orch uses each cloud's default "
+                                    "disk type"),
+    "resources.network_tier": _refused("resources.network_tier", "orch uses each cloud's "
+                                       "default networking"),
+    "resources.max_hourly_cost": _refused("resources.max_hourly_cost", "orch's optimizer "
+                                          "does not cap the price yet"),
+    "resources.volumes": _refused("resources.volumes", "orch does not attach volumes"),
+    IMAGE_DOCKER: _refused("resources.image_id: docker:<image>", "orch runs the task on "
+                           "the VM, not in a container"),
+    WORKDIR_GIT: _refused("workdir: {url, ref}", "orch syncs a local directory; clone the "
+                          "repository in setup instead"),
+    FILE_MOUNTS_STORAGE: "storage buckets in file_mounts are not supported by orch yet",
+}
+
+_BUCKET_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def refused_field(loc: list[str], in_resources: bool) -> str | None:
+    """The message for a field orch does not have (pydantic's "extra" error at ``loc``),
+    when it is one of SkyPilot's; None for a field nobody knows."""
+    key = f"resources.{loc[-1]}" if in_resources else loc[-1] if len(loc) == 1 else ""
+    return UNSUPPORTED.get(key)
+
+
+def is_bucket_uri(source: str) -> bool:
+    """``s3://b``, ``gs://b/p``, ``r2://``, ``https://…blob…``: a storage source, not a path."""
+    return _BUCKET_URI.match(source) is not None

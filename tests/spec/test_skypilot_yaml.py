@@ -1,0 +1,146 @@
+"""SkyPilot task YAMLs, one per form (tests/spec/skypilot_yaml/, each naming the doc page or
+example it mirrors), through the real ``orch launch --dryrun`` console script: the forms
+orch supports plan where they say, the others exit 2 with their message, no traceback,
+and no control plane is started for either."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orch.server import ControlPlane
+
+ORCH = str(Path(sys.executable).parent / "orch")
+HERE = Path(__file__).parent / "skypilot_yaml"
+
+Plan = list[dict[str, Any]]
+
+
+def _clouds(plan: Plan) -> set[str]:
+    return {c["cloud"] for c in plan}
+
+
+def _regions(plan: Plan) -> set[str]:
+    return {c["region"] for c in plan}
+
+
+def _sized_by_default(plan: Plan) -> bool:
+    """SkyPilot's default (8+ vCPUs, 4 GiB per vCPU) on every cloud candidate."""
+    clouds = [c for c in plan if c["cloud"] != "local"]
+    return bool(clouds) and all(c["cpus"] >= 8 and c["memory_gb"] >= 4 * c["cpus"]
+                                for c in clouds) and min(c["cpus"] for c in clouds) == 8
+
+
+# file → (extra arguments, what the plan must show)
+ACCEPTED: dict[str, tuple[list[str], Callable[[Plan], bool]]] = {
+    "infra_cloud.yaml": ([], lambda p: _clouds(p) == {"aws"} and len(_regions(p)) > 1),
+    "infra_region.yaml": ([], lambda p: (_clouds(p), _regions(p)) == ({"gcp"}, {"us-central1"})),
+    "infra_zone.yaml": ([], lambda p: (_clouds(p), _regions(p)) == ({"aws"}, {"us-east-1"})
+                        and all(c["zones"] == ["us-east-1a"] for c in p)),
+    "infra_any_cloud.yaml": ([], lambda p: _regions(p) == {"us-east-1"}),
+    "infra_any_region.yaml": ([], lambda p: (_clouds(p), _regions(p)) == ({"aws"}, {"us-east-1"})
+                              and all(c["zones"] == ["us-east-1a"] for c in p)),
+    "any_of_infra.yaml": ([], lambda p: {(c["cloud"], c["region"]) for c in p}
+                          == {("aws", "us-west-2"), ("gcp", "us-central1")}),
+    "ordered_infra.yaml": ([], lambda p: p[0]["region"] == "us-west-2"
+                           and _regions(p) == {"us-west-2", "us-east-1"}),
+    "cpus_memory_ratio.yaml": ([], lambda p: _clouds(p) == {"aws"} and all(
+        c["cpus"] >= 8 and c["memory_gb"] >= 8 * c["cpus"] for c in p)),
+    "default_resources.yaml": ([], _sized_by_default),
+    "envs_required.yaml": (["--env", "HF_TOKEN=hf_x", "--env", "MODEL=llama"],
+                           lambda p: _clouds(p) == {"local"}),
+    "envs_in_file_mounts.yaml": ([], lambda p: _clouds(p) == {"local"}),
+}
+
+# file → (extra arguments, what stderr must say)
+REFUSED: dict[str, tuple[list[str], list[str]]] = {
+    "envs_required.yaml": ([], ["envs.HF_TOKEN: required", "envs.MODEL: required",
+                                "--env HF_TOKEN=VALUE"]),
+    "infra_kubernetes.yaml": ([], ["resources.infra", "Kubernetes", "not supported by orch"]),
+    "infra_malformed.yaml": ([], ["resources.infra", "CLOUD/REGION/ZONE", "aws/*/us-east-1a"]),
+    "infra_conflict.yaml": ([], ["resources.infra", "disagrees with region 'us-west-2'"]),
+    "infra_unknown_cloud.yaml": ([], ["resources.infra", "did you mean 'aws'?"]),
+    "docker_image.yaml": ([], ["resources.image_id", "SkyPilot field resources.image_id: "
+                                                     "docker:<image> is not supported by orch"]),
+    "git_workdir.yaml": ([], ["SkyPilot field workdir: {url, ref} is not supported by orch"]),
+    "storage_mounts.yaml": ([], ["file_mounts: /datasets-s3, /checkpoints: storage buckets "
+                                 "in file_mounts are not supported by orch yet"]),
+    "service.yaml": ([], ["service: SkyPilot field service is not supported by orch"]),
+    "secrets.yaml": ([], ["secrets: SkyPilot field secrets is not supported by orch"]),
+    "unsupported_resources.yaml": ([], [
+        f"{field}: SkyPilot field {field} is not supported by orch" for field in (
+            "config", "resources.disk_tier", "resources.network_tier",
+            "resources.max_hourly_cost", "resources.labels", "resources.accelerator_args",
+            "resources.autostop")]),
+    "infra_cloud.yaml": (["--infra", "k8s/my-context"], ["--infra", "not supported by orch"]),
+    "infra_region.yaml": (["--infra", "aws", "--cloud", "gcp"],
+                          ["--infra aws disagrees with --cloud gcp"]),
+}
+
+
+def dryrun(home: Path, name: str, *args: str,
+           command: tuple[str, ...] = ("launch", "--dryrun", "--json")
+           ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ORCH_HOME": str(home), "COLUMNS": "200"}
+    for key in ("TEMPORAL_ADDRESS", "ORCH_CONFIG"):
+        env.pop(key, None)
+    result = subprocess.run([ORCH, *command, str(HERE / name), *args],
+                            env=env, cwd=HERE, capture_output=True, text=True, timeout=120,
+                            stdin=subprocess.DEVNULL)
+    assert "Traceback" not in result.stderr + result.stdout
+    assert ControlPlane(home).state() is None and not (home / "server").exists(), (
+        "a dry run started a control plane")
+    return result
+
+
+def test_every_yaml_here_is_checked_and_names_what_it_mirrors() -> None:
+    files = sorted(p.name for p in HERE.glob("*.yaml"))
+    assert set(files) == set(ACCEPTED) | set(REFUSED)
+    for name in files:
+        first = (HERE / name).read_text().splitlines()[0]
+        assert first.startswith("# Mirrors "), name
+
+
+@pytest.mark.parametrize("name", sorted(ACCEPTED))
+def test_an_accepted_form_plans_where_it_says(name: str, tmp_path: Path) -> None:
+    args, check = ACCEPTED[name]
+    result = dryrun(tmp_path, name, *args)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan and check(plan), json.dumps(plan[:5], indent=1)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_refused_form_exits_2_with_its_message(name: str, tmp_path: Path) -> None:
+    args, expected = REFUSED[name]
+    result = dryrun(tmp_path, name, *args)
+    message = " ".join(result.stderr.split())
+    assert result.returncode == 2, result.stdout + result.stderr
+    for text in expected:
+        assert text in message, message
+    assert "unknown field" not in message and "did you mean" not in message.replace(
+        "did you mean 'aws'?", "")
+
+
+def test_an_env_file_gives_the_required_envs(tmp_path: Path) -> None:
+    result = dryrun(tmp_path, "envs_required.yaml", "--env-file", "required.env")
+    assert result.returncode == 0, result.stderr
+    missing = dryrun(tmp_path, "envs_required.yaml", "--env-file", "nope.env")
+    assert missing.returncode == 2 and "--env-file nope.env" in missing.stderr
+
+
+def test_jobs_launch_takes_the_same_flags_and_checks_them_before_starting(
+        tmp_path: Path) -> None:
+    result = dryrun(tmp_path, "infra_cloud.yaml", "--infra", "kubernetes", "-y",
+                    command=("jobs", "launch"))
+    assert result.returncode == 2 and "not supported by orch" in result.stderr
+    result = dryrun(tmp_path, "envs_required.yaml", "--env-file", "required.env",
+                    "--infra", "aws/nowhere-1", "-y", command=("jobs", "launch"))
+    assert result.returncode == 2 and "unknown region 'nowhere-1'" in result.stderr
