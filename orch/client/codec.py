@@ -16,8 +16,9 @@ puts a secret in one (tests/e2e/test_secrets.py scans them too).
 
 The key. 32 bytes, the same in every client and worker of a namespace: ``ORCH_CODEC_KEY``
 (base64), else the file named by ``ORCH_CODEC_KEY_FILE`` (base64 text), else
-``$ORCH_HOME/codec.key``, created (0600) on first use, which is what the embedded control
-plane shares: its worker runs with the CLI's ``ORCH_HOME``. Workers elsewhere (production)
+``$ORCH_HOME/codec.key``, created (0600) the first time a secret is encrypted or
+decrypted, which is what the embedded control plane shares: its worker runs with the
+CLI's ``ORCH_HOME``. Tasks without secrets never need the key. Workers elsewhere (production)
 need the key given to them. A payload carries the id of its key (a hash prefix), so a
 process with another key fails with a message saying so rather than with garbage.
 
@@ -32,7 +33,7 @@ import binascii
 import dataclasses
 import hashlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,22 +109,40 @@ def _key_file(path: Path, create: bool) -> CodecKey:
         raise CodecKeyError(f"{KEY_FILE_ENV}={path}: {err.strerror}") from None
 
 
-def load_key(env: Mapping[str, str] | None = None) -> CodecKey:
-    """The key, by the rule of the module docstring."""
+def given_key(env: Mapping[str, str] | None = None) -> CodecKey | None:
+    """The key ``ORCH_CODEC_KEY`` or ``ORCH_CODEC_KEY_FILE`` gives, if one does."""
     env = os.environ if env is None else env
     if env.get(KEY_ENV):
         return CodecKey.from_text(env[KEY_ENV], KEY_ENV)
     if env.get(KEY_FILE_ENV):
         return _key_file(Path(env[KEY_FILE_ENV]).expanduser(), create=False)
-    return _key_file(orch_home(env) / KEY_FILE_NAME, create=True)
+    return None
+
+
+def load_key(env: Mapping[str, str] | None = None) -> CodecKey:
+    """The key, by the rule of the module docstring."""
+    env = os.environ if env is None else env
+    return given_key(env) or _key_file(orch_home(env) / KEY_FILE_NAME, create=True)
 
 
 class EncryptingCodec(PayloadCodec):
     """AES-256-GCM over the payloads the converter marked as holding a secret."""
 
-    def __init__(self, key: CodecKey) -> None:
-        self.key = key
-        self._aead = AESGCM(key.secret)
+    def __init__(self, key: CodecKey | Callable[[], CodecKey]) -> None:
+        self._key = key  # or how to get it, the first time a secret needs it
+        self._aead: AESGCM | None = None
+
+    @property
+    def key(self) -> CodecKey:
+        if not isinstance(self._key, CodecKey):
+            self._key = self._key()
+        return self._key
+
+    @property
+    def aead(self) -> AESGCM:
+        if self._aead is None:
+            self._aead = AESGCM(self.key.secret)
+        return self._aead
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         return [self._encrypt(p) if SECRET_MARK in p.metadata else p for p in payloads]
@@ -137,7 +156,7 @@ class EncryptingCodec(PayloadCodec):
         inner.CopyFrom(payload)
         del inner.metadata[SECRET_MARK]
         nonce = os.urandom(NONCE_BYTES)
-        sealed = self._aead.encrypt(nonce, inner.SerializeToString(), self.key.id.encode())
+        sealed = self.aead.encrypt(nonce, inner.SerializeToString(), self.key.id.encode())
         return Payload(metadata={"encoding": ENCODING, KEY_ID: self.key.id.encode()},
                        data=nonce + sealed)
 
@@ -150,7 +169,7 @@ class EncryptingCodec(PayloadCodec):
                 f"client and worker of the namespace the same key ({KEY_ENV} or {KEY_FILE_ENV})")
         nonce, sealed = payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:]
         try:
-            plain = self._aead.decrypt(nonce, sealed, key_id.encode())
+            plain = self.aead.decrypt(nonce, sealed, key_id.encode())
         except InvalidTag:
             raise CodecKeyError(f"a payload encrypted with key {key_id} does not decrypt: "
                                 "it was altered") from None
@@ -181,11 +200,13 @@ class OrchPayloadConverter(CompositePayloadConverter):
 
 
 def orch_data_converter(key: CodecKey | None = None) -> DataConverter:
-    """The converter of every orch client and worker (``key`` default: :func:`load_key`).
+    """The converter of every orch client and worker (``key`` default: :func:`load_key`;
+    a key the environment gives is read now, so a malformed one fails the connection, and
+    ``$ORCH_HOME/codec.key`` is read, or made, only once a secret needs it).
 
     Failures keep the default converter: their messages are orch's own (where a secret
     shows as ``<redacted>``) or the last lines of a failed setup, from which the setup
     activity removes the task's secret values; encoding them would hide every failure
     from the Web UI for nothing."""
-    return DataConverter(payload_converter_class=OrchPayloadConverter,
-                         payload_codec=EncryptingCodec(key or load_key()))
+    codec = EncryptingCodec(key or given_key() or load_key)
+    return DataConverter(payload_converter_class=OrchPayloadConverter, payload_codec=codec)

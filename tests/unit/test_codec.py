@@ -111,3 +111,17 @@ def test_a_failed_setups_output_loses_the_secret_values() -> None:
 
     shown = without_values(f"token={VALUE}\nprefix {VALUE[:6]} stays\n", {"A": VALUE, "E": ""})
     assert shown == f"token={REDACTED}\nprefix {VALUE[:6]} stays\n"
+
+
+async def test_orch_home_s_key_is_made_only_once_a_secret_needs_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ORCH_CODEC_KEY", "ORCH_CODEC_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ORCH_HOME", str(tmp_path))
+    converter = orch_data_converter()
+    await converter.encode([Holder(name="no secret")])
+    assert not (tmp_path / KEY_FILE_NAME).exists()
+    [payload] = await converter.encode([Holder(name="x", secrets={"A": SecretValue(VALUE)})])
+    assert (tmp_path / KEY_FILE_NAME).exists()
+    [back] = await orch_data_converter(load_key()).decode([payload], [Holder])
+    assert back.secrets["A"].get_secret_value() == VALUE
