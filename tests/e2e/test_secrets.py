@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client as TemporalClient
 
-from orch.client.codec import ENCODING, load_key, orch_data_converter
+from orch.client.codec import ENCODING, CodecKey, load_key, orch_data_converter
 from tests.e2e.conftest import Orch
 
 pytestmark = pytest.mark.e2e
@@ -101,3 +101,25 @@ def test_no_file_of_orch_home_holds_them_but_the_nodes_job_spec(orch: Orch,
     assert holding == specs, [str(p) for p in holding]
     assert [p.relative_to(node) for p in specs] == [Path(".orch-node/jobs/1/spec.json")]
     assert stat.S_IMODE(specs[0].stat().st_mode) == 0o600
+
+
+
+async def test_a_cli_with_another_key_is_told_and_the_worker_names_both_keys(
+        orch: Orch, temporal: TemporalClient, tmp_path: Path) -> None:
+    """Run last: it leaves a cluster workflow that no worker can read (then terminated)."""
+    other = CodecKey.generate()
+    task = tmp_path / "task.yaml"
+    task.write_text(TASK.replace("name: secretive", "name: wrong-key"))
+    caller = Orch(orch.home)
+    caller.env = {**orch.env, "OTHER": OTHER, "ORCH_CODEC_KEY": other.text()}
+    try:
+        result = caller("launch", "-y", "-c", "wrong-key", str(task), "--secret", "OTHER",
+                        check=False, timeout=120)
+        shown = " ".join((result.stdout + result.stderr).split())
+        assert result.returncode == 1 and "Traceback" not in shown, shown
+        assert "another codec key" in shown, shown
+        log = (orch.home / "server" / "worker.log").read_text(errors="replace")
+        assert f"encrypted with orch codec key {other.id}, but this process has key " \
+               f"{load_key(orch.env).id}" in log
+    finally:
+        await temporal.get_workflow_handle("cluster/wrong-key").terminate()
