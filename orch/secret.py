@@ -6,13 +6,13 @@ How a secret stays secret:
 * In memory a value is a :class:`Secret` (pydantic's ``SecretStr``): ``str``, ``repr``,
   ``model_dump()`` and ``model_dump_json()`` give ``<redacted>``, so a log line, an error
   message or a ``--json`` display built from a model never holds the value.
-* Only a serialization asked for with :data:`REVEAL` (``model_dump_json(context=REVEAL)``,
-  or ``pydantic_core.to_json(value, context=reveal_context())``) writes the clear value.
-  Two writers ask for it: orch's Temporal payload converter (``orch.client.codec``), which
-  also learns from the context that the payload holds a secret and has it encrypted before
-  it leaves the process, and the node side (``orch.runtime.jobs``), which writes a job's
-  spec to a 0600 file on the head, read by the job's driver, that puts it in the
-  environment of the user's command.
+* Only a serialization asked for with :func:`reveal_context`
+  (``model_dump_json(context=reveal_context())``, or ``pydantic_core.to_json``) writes
+  the clear value. Two writers ask for it: orch's Temporal payload converter
+  (``orch.client.codec``), which also learns from the context that the payload holds a
+  secret and has it encrypted before it leaves the process, and the node side
+  (``orch.runtime.jobs``), which writes a job's spec to a 0600 file on the head, read by
+  the job's driver, that puts it in the environment of the user's command.
 * Values are never turned into plain ``str`` fields on the way (envs and secrets travel
   side by side, merged only in the environment of the process that runs setup or run).
 
@@ -49,14 +49,10 @@ def _serialize(value: SecretStr, info: SerializationInfo) -> str | SecretStr:
 Secret = Annotated[SecretValue, PlainSerializer(_serialize)]
 """The field type of a secret value (a mapping of them: ``dict[str, Secret]``)."""
 
-REVEAL: dict[str, Any] = {_REVEAL: True}
-"""The serialization context that writes secrets in clear (copy it to learn, with
-:func:`revealed_any`, whether a value held one)."""
-
-
 def reveal_context() -> dict[str, Any]:
-    """A fresh :data:`REVEAL` context, for one serialization."""
-    return dict(REVEAL)
+    """The serialization context that writes secrets in clear: a fresh one for each
+    serialization, as it records (see :func:`revealed_any`) whether one was written."""
+    return {_REVEAL: True}
 
 
 def revealed_any(context: Mapping[str, Any]) -> bool:

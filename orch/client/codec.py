@@ -7,12 +7,12 @@ clean-up, outside Temporal's durability. So secrets ride in the payloads, and ev
 payload that holds one is encrypted before it leaves the process (client or worker):
 the server, its database, the ``temporal`` CLI and the Web UI only ever see ciphertext.
 
-Which payloads. The payload converter serializes with :data:`orch.secret.REVEAL`, which
-writes a :class:`~orch.secret.Secret` in clear and notes that it did; only such payloads
-are marked for encryption. Payloads without a secret (activity summaries, the details
-the Web UI shows, inputs of tasks without secrets) stay readable JSON, so the Web UI keeps
-its text without a codec server. Search attributes never pass through a codec: orch never
-puts a secret in one (tests/e2e/test_secrets.py scans them too).
+Which payloads. The payload converter serializes with :func:`orch.secret.reveal_context`,
+which writes a :class:`~orch.secret.Secret` in clear and notes that it did; only such
+payloads are marked for encryption. Payloads without a secret (activity summaries, the
+details the Web UI shows, inputs of tasks without secrets) stay readable JSON, so the Web
+UI keeps its text without a codec server. Search attributes never pass through a codec:
+orch never puts a secret in one (tests/e2e/test_secrets.py scans them too).
 
 The key. 32 bytes, the same in every client and worker of a namespace: ``ORCH_CODEC_KEY``
 (base64), else the file named by ``ORCH_CODEC_KEY_FILE`` (base64 text), else

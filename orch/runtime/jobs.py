@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from orch.runtime.procfs import alive
-from orch.secret import REVEAL, Secret
+from orch.secret import Secret, reveal_context
 from orch.status import JobStatus
 
 if TYPE_CHECKING:  # not imported on the nodes, which only read specs
@@ -159,7 +159,7 @@ def submit(spec: JobSpec) -> JobRecord:
         existing = read(spec.id)
         if existing is not None:
             return existing
-        _write_private(directory / "spec.json", spec.model_dump_json(context=REVEAL))
+        _write_private(directory / "spec.json", spec.model_dump_json(context=reveal_context()))
         record = JobRecord(id=spec.id, name=spec.name, status=JobStatus.PENDING,
                            submitted_at=now())
         write(record)

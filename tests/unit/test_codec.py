@@ -125,3 +125,11 @@ async def test_orch_home_s_key_is_made_only_once_a_secret_needs_it(
     assert (tmp_path / KEY_FILE_NAME).exists()
     [back] = await orch_data_converter(load_key()).decode([payload], [Holder])
     assert back.secrets["A"].get_secret_value() == VALUE
+
+
+async def test_marking_one_payload_does_not_mark_the_next() -> None:
+    converter = orch_data_converter(CodecKey.generate())
+    secret, plain = await converter.encode([
+        Holder(name="x", secrets={"A": SecretValue(VALUE)}), Holder(name="y")])
+    assert secret.metadata["encoding"] == ENCODING
+    assert plain.metadata["encoding"] == b"json/plain"
