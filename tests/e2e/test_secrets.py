@@ -1,5 +1,6 @@
-"""Secrets end to end: a launch on the local cloud with recognisable secret values (one in
-the YAML, one by ``--secret NAME`` from the caller's environment). Setup and run get them
+"""Secrets end to end: a launch on the local cloud, and a managed job, with recognisable
+secret values (one in the YAML, one by ``--secret NAME`` from the caller's environment).
+Setup and run get them
 (they print a hash of the values), and the clear values are nowhere else: not in any
 workflow history of the namespace (every event's raw bytes), not in any search attribute
 or memo, not in any file of ORCH_HOME outside the node (the server's database and logs,
@@ -49,7 +50,8 @@ def launched(orch: Orch, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
     caller = Orch(orch.home)
     caller.env = {**orch.env, "OTHER": OTHER}
     result = caller("launch", "-y", "-c", "secretive", str(task), "--secret", "OTHER")
-    yield result.stdout + result.stderr
+    job = caller("jobs", "launch", "-y", "-n", "secret-job", str(task), "--secret", "OTHER")
+    yield result.stdout + result.stderr + "\n---managed job---\n" + job.stdout + job.stderr
     orch("down", "-y", "secretive", check=False)
 
 
@@ -63,8 +65,10 @@ async def temporal(orch: Orch, launched: str) -> AsyncIterator[TemporalClient]:
 
 def test_setup_and_run_got_the_values(launched: str) -> None:
     expected = hashlib.sha256(f"{TOKEN}:{OTHER}".encode()).hexdigest()[:16]
-    assert f"run-hash={expected} plain-env-value" in launched
-    assert "Job 1 on secretive: SUCCEEDED" in launched
+    cluster, managed = launched.split("---managed job---")
+    assert f"run-hash={expected} plain-env-value" in cluster
+    assert "Job 1 on secretive: SUCCEEDED" in cluster
+    assert f"run-hash={expected} plain-env-value" in managed, managed
     assert TOKEN not in launched and OTHER not in launched
 
 
