@@ -1,10 +1,9 @@
 """Secrets end to end: a launch on the local cloud, and a managed job, with recognisable
 secret values (one in the YAML, one by ``--secret NAME`` from the caller's environment).
-Setup and run get them
-(they print a hash of the values), and the clear values are nowhere else: not in any
-workflow history of the namespace (every event's raw bytes), not in any search attribute
-or memo, not in any file of ORCH_HOME outside the node (the server's database and logs,
-the worker's log), and on the node only in the job's 0600 spec file."""
+Setup and run get them (they print a hash of the values), and the clear values are nowhere
+else: not in any workflow history of the namespace (every event's raw bytes), not in any
+search attribute or memo, not in any file of ORCH_HOME outside the node (the server's
+database and logs, the worker's log), and on the node only in the job's 0600 spec file."""
 
 from __future__ import annotations
 
