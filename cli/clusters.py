@@ -19,6 +19,7 @@ from orch.lifecycle import Autostop
 from orch.managed_jobs import JobSummary
 from orch.optimizer import OptimizerError, plan
 from orch.runtime.jobs import JobRecord
+from orch.secret import redacted
 from orch.spec import SpecError, Task
 from orch.status import ClusterStatus, JobStatus
 
@@ -37,6 +38,8 @@ UseSpot = Annotated[bool | None, typer.Option("--use-spot/--no-use-spot")]
 Env = Annotated[list[str] | None, typer.Option("--env", help="K=V (or K: taken from your env).")]
 EnvFile = Annotated[str | None, typer.Option(
     "--env-file", help="A dotenv file of K=V lines (--env wins over it).")]
+SecretFlag = Annotated[list[str] | None, typer.Option(
+    "--secret", help="K=V (or K: taken from your env); shown as <redacted>.")]
 Workdir = Annotated[str | None, typer.Option("--workdir")]
 Detach = Annotated[bool, typer.Option("--detach-run", "-d", help="Do not follow the output.")]
 
@@ -69,8 +72,8 @@ def launch(
     infra: Infra = None, cloud: Cloud = None, region: Region = None, zone: Zone = None,
     instance_type: InstanceType = None, cpus: Cpus = None, memory: Memory = None,
     gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
-    env: Env = None, env_file: EnvFile = None, workdir: Workdir = None,
-    detach_run: Detach = False,
+    env: Env = None, env_file: EnvFile = None, secret: SecretFlag = None,
+    workdir: Workdir = None, detach_run: Detach = False,
     name: Annotated[str | None, typer.Option("--name", "-n", help="The task's name.")] = None,
     dryrun: Annotated[bool, typer.Option(
         "--dryrun", help="Show the plan (candidates, cheapest first) and launch nothing.")] = False,
@@ -87,7 +90,7 @@ def launch(
     task = parse_task(entrypoint, name=name, infra=infra, cloud=cloud, region=region,
                       zone=zone, instance_type=instance_type, cpus=cpus, memory=memory,
                       gpus=gpus, num_nodes=num_nodes, use_spot=use_spot, env=env,
-                      env_file=env_file, workdir=workdir)
+                      env_file=env_file, workdir=workdir, secret=secret)
     if dryrun:
         show_plan(task, as_json)
         return
@@ -124,15 +127,15 @@ def exec_(
     infra: Infra = None, cloud: Cloud = None, region: Region = None, zone: Zone = None,
     instance_type: InstanceType = None, cpus: Cpus = None, memory: Memory = None,
     gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
-    env: Env = None, env_file: EnvFile = None, workdir: Workdir = None,
-    detach_run: Detach = False,
+    env: Env = None, env_file: EnvFile = None, secret: SecretFlag = None,
+    workdir: Workdir = None, detach_run: Detach = False,
     name: Annotated[str | None, typer.Option("--name", "-n")] = None,
 ) -> None:
     """Run a task on an UP cluster (no provisioning, no setup)."""
     task = parse_task(entrypoint, name=name, infra=infra, cloud=cloud, region=region,
                       zone=zone, instance_type=instance_type, cpus=cpus, memory=memory,
                       gpus=gpus, num_nodes=num_nodes, use_spot=use_spot, env=env,
-                      env_file=env_file, workdir=workdir)
+                      env_file=env_file, workdir=workdir, secret=secret)
 
     async def go(client: Client) -> None:
         job_id = await client.exec(cluster, task)
@@ -152,10 +155,15 @@ def show_plan(task: Task, as_json: bool) -> None:
     except OptimizerError as err:
         raise fail(str(err), code=2) from None
     checks = check_clouds(tuple(sorted({c.cloud for c in candidates})))
+    secrets = redacted(task.secrets)
     if as_json:
-        print(json.dumps(display.plan_json(candidates, {c.cloud: c.ok for c in checks})))
-    else:
-        display.plan_table(console, candidates, checks, task.num_nodes)
+        print(json.dumps(display.plan_json(candidates, {c.cloud: c.ok for c in checks},
+                                           secrets)))
+        return
+    display.plan_table(console, candidates, checks, task.num_nodes)
+    if secrets:
+        shown = ", ".join(f"{name}={value}" for name, value in secrets.items())
+        console.print(f"Secrets given to setup and run: {shown}", markup=False)
 
 
 @app.command()

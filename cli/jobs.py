@@ -25,6 +25,7 @@ from cli.clusters import (
     Memory,
     NumNodes,
     Region,
+    SecretFlag,
     UseSpot,
     Workdir,
     Zone,
@@ -89,15 +90,15 @@ def launch(
     infra: Infra = None, cloud: Cloud = None, region: Region = None, zone: Zone = None,
     instance_type: InstanceType = None, cpus: Cpus = None, memory: Memory = None,
     gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
-    env: Env = None, env_file: EnvFile = None, workdir: Workdir = None,
-    detach_run: Detach = False,
+    env: Env = None, env_file: EnvFile = None, secret: SecretFlag = None,
+    workdir: Workdir = None, detach_run: Detach = False,
     yes: Yes = False,
 ) -> None:
     """Launch a managed job: each task on a cluster of its own, recovered on preemption."""
     pipeline = _pipeline(entrypoint, infra=infra, cloud=cloud, region=region, zone=zone,
                          instance_type=instance_type, cpus=cpus, memory=memory, gpus=gpus,
                          num_nodes=num_nodes, use_spot=use_spot, env=env, env_file=env_file,
-                         workdir=workdir)
+                         workdir=workdir, secret=secret)
     job_name = name or pipeline.name
     if not yes and sys.stdin.isatty():
         what = f"{len(pipeline.tasks)} tasks" if len(pipeline.tasks) > 1 else "a task"

@@ -27,7 +27,8 @@ from pydantic import (
     model_validator,
 )
 
-from orch.spec_envs import is_env_name, required_envs, substitute
+from orch.secret import Secret
+from orch.spec_envs import given_over, still_required, substitute, variables_as_written
 from orch.spec_envs import parse_env_file as parse_env_file  # re-exported for the CLI
 from orch.spec_envs import parse_env_flags as parse_env_flags
 from orch.spec_errors import SpecError
@@ -228,6 +229,9 @@ class Task(_Strict):
     num_nodes: int = Field(default=1, ge=1)
     resources: Resources = Field(default_factory=Resources)
     envs: dict[str, str] = Field(default_factory=dict)
+    # Given to setup and run like envs (winning over an env of the same name), shown as
+    # <redacted> everywhere else: see orch.secret.
+    secrets: dict[str, Secret] = Field(default_factory=dict)
     file_mounts: dict[str, str] = Field(default_factory=dict)
     setup: str | None = None
     run: str | None = None
@@ -250,18 +254,13 @@ class Task(_Strict):
     @classmethod
     def _envs(cls, value: Any) -> dict[str, str]:
         """Values as strings; null stays as "" (SkyPilot's "required": see spec_envs)."""
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise ValueError("expected a mapping of NAME: value")
-        envs = {}
-        for key, item in value.items():
-            if not is_env_name(str(key)):
-                raise ValueError(f"{key!r} is not a valid environment variable name")
-            if isinstance(item, dict | list):
-                raise ValueError(f"{key}: expected a string or a number, got {item!r}")
-            envs[str(key)] = "" if item is None else str(item)
-        return envs
+        return variables_as_written(value, quote=True)
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secrets(cls, value: Any) -> dict[str, Any]:
+        """Like envs, but no message ever quotes a value."""
+        return variables_as_written(value, quote=False)
 
     @field_validator("file_mounts", mode="before")
     @classmethod
@@ -357,18 +356,19 @@ def _substituted(task: Task) -> Task:
 
 
 def parse_task(data: Any, source: str, base: Path | None = None, prefix: str = "", *,
-               envs: Mapping[str, str] | None = None, as_written: bool = True) -> Task:
+               envs: Mapping[str, str] | None = None,
+               secrets: Mapping[str, object] | None = None, as_written: bool = True) -> Task:
     """Validate one task mapping; relative paths resolve against ``base`` (default: cwd).
-    ``envs`` (the command line's) override the task's before anything reads them. A task
-    ``as_written`` by the user gets SkyPilot's env rules (spec_envs): a required env still
-    empty is refused, ``$VAR`` in paths is filled; a task loaded before has had them."""
+    ``envs`` and ``secrets`` (the command line's) override the task's before anything
+    reads them. A task ``as_written`` by the user gets SkyPilot's env rules (spec_envs): a
+    required env or secret still empty is refused, ``$VAR`` in paths is filled (from envs
+    only); a task loaded before has had them."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise SpecError(source, [(prefix.rstrip("."), "expected a mapping of task fields")])
-    written: Mapping[object, object] = data["envs"] if isinstance(data.get("envs"), dict) else {}
-    if envs and isinstance(data.get("envs") or {}, dict):
-        data = {**data, "envs": {**(data.get("envs") or {}), **envs}}
+    data, written = given_over(data, "envs", envs)
+    data, written_secrets = given_over(data, "secrets", secrets)
     try:
         task = Task.model_validate(data)
     except ValidationError as exc:
@@ -377,11 +377,9 @@ def parse_task(data: Any, source: str, base: Path | None = None, prefix: str = "
         located = [(prefix + f if f else prefix.rstrip("."), m) for f, m in problems]
         raise SpecError(source, located) from None
     if as_written:
-        missing = [n for n in required_envs(written) if task.envs.get(n, "") == ""]
+        missing = still_required(task.envs, task.secrets, written, written_secrets, prefix)
         if missing:
-            raise SpecError(source, [(f"{prefix}envs.{name}", "required (null or empty in "
-                                      f"the task): give it with --env {name}=VALUE or "
-                                      "--env-file") for name in missing])
+            raise SpecError(source, missing)
         task = _substituted(task)
     task, problems = _check_paths(task, base or Path.cwd())
     if problems:
@@ -389,9 +387,10 @@ def parse_task(data: Any, source: str, base: Path | None = None, prefix: str = "
     return task
 
 
-def load_pipeline(path: str | Path, envs: Mapping[str, str] | None = None) -> Pipeline:
+def load_pipeline(path: str | Path, envs: Mapping[str, str] | None = None,
+                  secrets: Mapping[str, object] | None = None) -> Pipeline:
     """Load a task or pipeline YAML file. Relative paths resolve against the cwd, as in
-    SkyPilot; ``envs`` (from the command line) override every task's."""
+    SkyPilot; ``envs`` and ``secrets`` (from the command line) override every task's."""
     source = str(path)
     file = Path(path)
     if not file.is_file():
@@ -409,7 +408,8 @@ def load_pipeline(path: str | Path, envs: Mapping[str, str] | None = None) -> Pi
         documents = documents[1:]
     many = len(documents) > 1
     tasks = [
-        parse_task(doc, source, prefix=f"task[{i}]." if many else "", envs=envs)
+        parse_task(doc, source, prefix=f"task[{i}]." if many else "", envs=envs,
+                   secrets=secrets)
         for i, doc in enumerate(documents)
     ]
     return Pipeline(name=name or tasks[0].name, tasks=tasks)

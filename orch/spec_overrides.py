@@ -1,11 +1,13 @@
 """Command-line flags that override a task's YAML (``orch launch --cloud aws task.yaml``),
 applied by SkyPilot's rules: ``--infra`` replaces the whole place, ``--gpus`` the
-accelerator choices, ``--env`` adds to (and wins over) the task's envs."""
+accelerator choices, ``--env`` adds to (and wins over) the task's envs, ``--secret`` to
+its secrets."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orch.secret import Secret
 from orch.spec import SpecError, Task, parse_task
 from orch.spec_infra import conflicts, parse_infra
 
@@ -27,6 +29,7 @@ class Overrides(BaseModel):
     num_nodes: int | None = None
     use_spot: bool | None = None
     envs: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, Secret] = Field(default_factory=dict)
     workdir: str | None = None
 
 
@@ -53,6 +56,7 @@ def apply_overrides(task: Task, overrides: Overrides, source: str = "command lin
     if overrides.workdir is not None:
         data["workdir"] = overrides.workdir
     data["envs"] = {**task.envs, **overrides.envs}
+    data["secrets"] = {**task.secrets, **overrides.secrets}
     return parse_task(data, source, as_written=False)
 
 

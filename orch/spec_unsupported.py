@@ -27,8 +27,6 @@ UNSUPPORTED: dict[str, str] = {
     "service": _refused("service", "orch runs clusters and managed jobs, not SkyServe "
                         "services"),
     "volumes": _refused("volumes", "orch does not attach volumes"),
-    "secrets": _refused("secrets", "not yet; pass the value with --env NAME (taken from "
-                        "your environment) meanwhile"),
     "resources.accelerator_args": _refused("resources.accelerator_args", "orch does not "
                                            "run TPUs"),
     "resources.autostop": _refused("resources.autostop", "give it on the command line: "

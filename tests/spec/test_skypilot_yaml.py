@@ -73,7 +73,8 @@ REFUSED: dict[str, tuple[list[str], list[str]]] = {
     "storage_mounts.yaml": ([], ["file_mounts: /datasets-s3, /checkpoints: storage buckets "
                                  "in file_mounts are not supported by orch yet"]),
     "service.yaml": ([], ["service: SkyPilot field service is not supported by orch"]),
-    "secrets.yaml": ([], ["secrets: SkyPilot field secrets is not supported by orch"]),
+    "secrets.yaml": ([], ["secrets.HF_TOKEN: required", "secrets.WANDB_API_KEY: required",
+                          "--secret HF_TOKEN=VALUE"]),
     "unsupported_resources.yaml": ([], [
         f"{field}: SkyPilot field {field} is not supported by orch" for field in (
             "config", "resources.disk_tier", "resources.network_tier",

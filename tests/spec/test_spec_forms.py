@@ -203,7 +203,6 @@ ROWS: dict[str, dict] = {
     "config": {"config": {"docker": {"run_options": ["--shm-size=1g"]}}},
     "service": {"service": {"readiness_probe": "/"}},
     "volumes": {"volumes": {"/mnt/data": "my-volume"}},
-    "secrets": {"secrets": {"HF_TOKEN": None}},
     "resources.accelerator_args": {"resources": {"accelerator_args": {"tpu_vm": True}}},
     "resources.autostop": {"resources": {"autostop": "10m"}},
     "resources.labels": {"resources": {"labels": {"team": "ml"}}},
