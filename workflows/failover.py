@@ -95,7 +95,7 @@ class FailoverWorkflow:
         while True:
             await self._report(request, "waiting for a launch permit", waiting_for_permit=True)
             permit = await acquire_permit("launch", on_queued=lambda ahead: self._show(
-                f"waiting for a launch permit: {ahead} ahead when it queued"))
+                f"waiting for a launch permit: about {ahead} ahead when it queued"))
             await self._report(request, "got a launch permit", waiting_for_permit=False)
             try:
                 output = await self._round(request)
