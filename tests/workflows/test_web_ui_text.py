@@ -12,6 +12,7 @@ import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from orch.records import DownRequest, LaunchRequest
@@ -149,8 +150,16 @@ async def test_a_launch_queued_for_a_permit_says_how_many_are_ahead(
 
 
 async def published_waiting(semaphore: WorkflowHandle, count: int, timeout: float = 20) -> None:
+    """Until the semaphore publishes ``count`` waiting launches (it may not exist yet: the
+    first launch's request activity starts it)."""
     deadline = asyncio.get_running_loop().time() + timeout
-    while (await semaphore.describe()).typed_search_attributes.get(
-            LAUNCH_WAITING_ATTRIBUTE) != count:
+    while True:
+        try:
+            attributes = (await semaphore.describe()).typed_search_attributes
+            if attributes.get(LAUNCH_WAITING_ATTRIBUTE) == count:
+                return
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
         assert asyncio.get_running_loop().time() < deadline, f"never {count} waiting"
         await asyncio.sleep(0.2)
