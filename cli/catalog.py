@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 
 from cli import display
-from cli.app import AsJson, app, console, settings
+from cli.app import AsJson, app, console, fail, settings
 from orch.catalog.queries import list_accelerators
 from orch.check import check_clouds
+from orch.spec_values import parse_accelerators
 
 
 @app.command()
@@ -25,6 +26,12 @@ def show_gpus(
     as_json: AsJson = False,
 ) -> None:
     """GPUs in the catalog: clouds, regions, instance types, $/h on-demand and spot."""
+    if name is not None:
+        try:  # the grammar of --gpus, so a typo gets a message and exit 2
+            (gpu, count), = (parse_accelerators(name) or {}).items()
+        except ValueError as exc:
+            raise fail(f"orch show-gpus {name!r}: {exc}", code=2) from None
+        name = f"{gpu}:{count}" if ":" in name else gpu  # "A100:8.0" as "A100:8"
     offers = list_accelerators(name)
     if as_json:
         print(json.dumps([o.model_dump(mode="json") for o in offers]))

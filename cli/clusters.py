@@ -11,16 +11,18 @@ import typer
 
 from cli import display
 from cli.app import AsJson, Yes, app, console, err_console, fail, run, settings
-from cli.tasks import overrides_from_flags, task_from_args
+from cli.tasks import overrides_from_flags, task_from_args, task_source
 from orch.check import check_clouds
 from orch.client import Client, ClusterSummary, OrchError
 from orch.client.managed_jobs import ManagedJobs
 from orch.lifecycle import Autostop
 from orch.managed_jobs import JobSummary
-from orch.optimizer import OptimizerError, plan
+from orch.optimizer import Candidate
 from orch.runtime.jobs import JobRecord
 from orch.secret import redacted
 from orch.spec import SpecError, Task
+from orch.spec_overrides import Overrides
+from orch.spec_plan import checked_plan
 from orch.status import ClusterStatus, JobStatus
 
 # Options shared by launch and exec (they override the task YAML).
@@ -44,9 +46,27 @@ Workdir = Annotated[str | None, typer.Option("--workdir")]
 Detach = Annotated[bool, typer.Option("--detach-run", "-d", help="Do not follow the output.")]
 
 
-def parse_task(entrypoint: str | None, **flags: Any):
+def parse_task(entrypoint: str | None, **flags: Any) -> Task:
+    return parse_task_args(entrypoint, **flags)[0]
+
+
+def parse_task_args(entrypoint: str | None, **flags: Any) -> tuple[Task, Overrides]:
+    """The task and the flags that override it; a mistake in either exits 2."""
     try:
-        return task_from_args(entrypoint, overrides_from_flags(**flags))
+        overrides = overrides_from_flags(**flags)
+        return task_from_args(entrypoint, overrides), overrides
+    except SpecError as err:
+        raise fail(str(err), code=2) from None
+
+
+def planned(task: Task, entrypoint: str | None, overrides: Overrides) -> list[Candidate]:
+    """The task's candidates; a name the catalog does not know exits 2, naming the file
+    and field (or the flag) it came from, before anything starts."""
+    config = settings()
+    try:
+        return checked_plan(task, task_source(entrypoint), flags=overrides,
+                            allowed_clouds=config.allowed_clouds,
+                            default_regions=config.default_regions())
     except SpecError as err:
         raise fail(str(err), code=2) from None
 
@@ -87,12 +107,13 @@ def launch(
     yes: Yes = False,
 ) -> None:
     """Launch a cluster (or reuse an UP one) and run a task on it."""
-    task = parse_task(entrypoint, name=name, infra=infra, cloud=cloud, region=region,
-                      zone=zone, instance_type=instance_type, cpus=cpus, memory=memory,
-                      gpus=gpus, num_nodes=num_nodes, use_spot=use_spot, env=env,
-                      env_file=env_file, workdir=workdir, secret=secret)
+    task, overrides = parse_task_args(
+        entrypoint, name=name, infra=infra, cloud=cloud, region=region, zone=zone,
+        instance_type=instance_type, cpus=cpus, memory=memory, gpus=gpus, num_nodes=num_nodes,
+        use_spot=use_spot, env=env, env_file=env_file, workdir=workdir, secret=secret)
+    candidates = planned(task, entrypoint, overrides)
     if dryrun:
-        show_plan(task, as_json)
+        show_plan(task, candidates, as_json)
         return
     autostop = None
     if idle_minutes is not None or down:
@@ -146,14 +167,8 @@ def exec_(
     run(go)
 
 
-def show_plan(task: Task, as_json: bool) -> None:
+def show_plan(task: Task, candidates: list[Candidate], as_json: bool) -> None:
     """The optimizer's candidates over every cloud in the catalog, marked usable or not."""
-    config = settings()
-    try:
-        candidates = plan(task, allowed_clouds=config.allowed_clouds,
-                          default_regions=config.default_regions())
-    except OptimizerError as err:
-        raise fail(str(err), code=2) from None
     checks = check_clouds(tuple(sorted({c.cloud for c in candidates})))
     secrets = redacted(task.secrets)
     if as_json:

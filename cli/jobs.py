@@ -30,7 +30,7 @@ from cli.clusters import (
     Workdir,
     Zone,
 )
-from cli.tasks import overrides_from_flags, pipeline_from_args
+from cli.tasks import overrides_from_flags, pipeline_from_args, task_source
 from orch.client import Client, OrchError
 from orch.client.managed_jobs import FOLLOW_POLL_S, ManagedJobs
 from orch.managed_jobs import (
@@ -40,7 +40,9 @@ from orch.managed_jobs import (
     ManagedJobState,
     ManagedJobStatus,
 )
+from orch.settings import load_settings
 from orch.spec import Pipeline, SpecError
+from orch.spec_plan import check_plannable
 
 jobs_app = typer.Typer(
     help="Managed jobs: tasks and pipelines that run to the end despite preemptions.",
@@ -74,9 +76,10 @@ def _exit_for(state: ManagedJobState) -> None:
 def _pipeline(entrypoint: str, **flags: Any) -> Pipeline:
     """The tasks to run, validated before anything starts (exit 2 otherwise)."""
     try:
-        pipeline = pipeline_from_args(entrypoint, overrides_from_flags(**flags))
-        for task in pipeline.tasks:
-            Client.validate(task)
+        overrides = overrides_from_flags(**flags)
+        pipeline = pipeline_from_args(entrypoint, overrides)
+        check_plannable(pipeline.tasks, task_source(entrypoint), flags=overrides,
+                        allowed_clouds=load_settings().allowed_clouds)
     except (SpecError, OrchError) as err:
         raise fail(str(err), code=2) from None
     return pipeline

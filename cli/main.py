@@ -15,6 +15,7 @@ from cli import (  # noqa: F401  (they register commands)
     version,
 )
 from cli.app import app
+from cli.crash import report_internal_error
 from cli.jobs import jobs_app
 from orch.process_exit import exit_code, exit_without_finalizing
 
@@ -25,12 +26,15 @@ __all__ = ["app", "main"]
 
 def main() -> None:
     """The console script: run the app, then leave without interpreter finalization
-    (see ``orch.process_exit``), keeping the exit code the command chose."""
+    (see ``orch.process_exit``), keeping the exit code the command chose; an exception no
+    command handled is logged, not shown (``cli.crash``)."""
     try:
         app()
         code = 0
     except SystemExit as exit_:
         code = exit_code(exit_)
+    except Exception as exc:  # a bug: logged, one line on screen (see cli.crash)
+        code = report_internal_error(exc)
     exit_without_finalizing(code)
 
 

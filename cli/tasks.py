@@ -15,13 +15,19 @@ from orch.spec import (
     parse_env_flags,
     parse_task,
 )
-from orch.spec_overrides import Overrides, apply_overrides, check_infra_flag
+from orch.spec_overrides import (
+    Overrides,
+    apply_overrides,
+    check_infra_flag,
+    check_resource_flags,
+)
 
 
 def task_from_args(entrypoint: str | None, overrides: Overrides) -> Task:
     """``entrypoint`` is a task YAML, or a shell command to run (SkyPilot's convention)."""
     if entrypoint is None:
         raise SpecError("command line", [("", "give a task YAML or a command to run")])
+    _refuse_directory(entrypoint)
     if looks_like_yaml(entrypoint):
         pipeline = load_pipeline(entrypoint, envs=overrides.envs, secrets=overrides.secrets)
         if len(pipeline.tasks) != 1:
@@ -35,7 +41,20 @@ def task_from_args(entrypoint: str | None, overrides: Overrides) -> Task:
     return apply_overrides(task, overrides, source)
 
 
+def _refuse_directory(entrypoint: str) -> None:
+    """A directory is neither a task YAML nor a command (a one-word command that is also a
+    directory here is far likelier a mistyped path than a program)."""
+    if " " not in entrypoint.strip() and Path(entrypoint).expanduser().is_dir():
+        raise SpecError(entrypoint, [("", "is a directory, not a task YAML or a command")])
+
+
+def task_source(entrypoint: str | None) -> str:
+    """What a message about the task names: its YAML file, or the command line."""
+    return entrypoint if entrypoint and looks_like_yaml(entrypoint) else "command line"
+
+
 def pipeline_from_args(entrypoint: str, overrides: Overrides) -> Pipeline:
+    _refuse_directory(entrypoint)
     if not looks_like_yaml(entrypoint):
         task = task_from_args(entrypoint, overrides)
         return Pipeline(name=task.name, tasks=[task])
@@ -53,6 +72,7 @@ def overrides_from_flags(
 ) -> Overrides:
     """The flags, checked on their own first (a mistake in one is blamed on the flag)."""
     check_infra_flag(infra, cloud=cloud, region=region, zone=zone)
+    check_resource_flags(cpus=cpus, memory=memory, gpus=gpus, num_nodes=num_nodes)
     envs = {**(parse_env_file(env_file) if env_file else {}), **parse_env_flags(env or [])}
     return Overrides(
         name=name, infra=infra, cloud=cloud, region=region, zone=zone,

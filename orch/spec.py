@@ -16,11 +16,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -31,7 +31,7 @@ from orch.secret import Secret
 from orch.spec_envs import given_over, still_required, substitute, variables_as_written
 from orch.spec_envs import parse_env_file as parse_env_file  # re-exported for the CLI
 from orch.spec_envs import parse_env_flags as parse_env_flags
-from orch.spec_errors import SpecError
+from orch.spec_errors import SpecError, quoted
 from orch.spec_infra import conflicts, parse_infra
 from orch.spec_unsupported import (
     FILE_MOUNTS_STORAGE,
@@ -41,8 +41,9 @@ from orch.spec_unsupported import (
     is_bucket_uri,
     refused_field,
 )
-from orch.spec_values import number_or_plus
+from orch.spec_values import MAX_DISK_GB, MAX_NODES, number_or_plus, parse_ports
 from orch.spec_values import parse_accelerators as parse_accelerators
+from orch.spec_yaml import load_yaml_file
 from orch.suggest import suggest
 
 
@@ -82,8 +83,8 @@ class Resources(_Strict):
     cpus: str | None = None
     memory: str | None = None
     accelerators: dict[str, int] | None = None
-    use_spot: bool = False
-    disk_size: int = Field(default=256, ge=1)
+    use_spot: StrictBool = False  # "yes" or 1 is a mistake, not true (SkyPilot's schema)
+    disk_size: int = Field(default=256, ge=1, le=MAX_DISK_GB, strict=True)
     ports: list[str] = Field(default_factory=list)
     image_id: str | None = None
     job_recovery: JobRecovery | None = None
@@ -177,16 +178,14 @@ class Resources(_Strict):
     @field_validator("ports", mode="before")
     @classmethod
     def _ports(cls, value: Any) -> list[str]:
-        if value is None:
-            return []
-        items = value if isinstance(value, list) else [value]
-        ports = []
-        for item in items:
-            text = str(item).strip()
-            if not re.fullmatch(r"\d{1,5}(-\d{1,5})?", text):
-                raise ValueError(f"expected a port or a range like 8000-8010, got {item!r}")
-            ports.append(text)
-        return ports
+        return parse_ports(value)
+
+    @field_validator("any_of", "ordered", mode="before")
+    @classmethod
+    def _alternatives(cls, value: Any) -> Any:
+        if isinstance(value, list) and not value:
+            raise ValueError("an empty list: give at least one alternative, or leave it out")
+        return value
 
     @model_validator(mode="after")
     def _alternatives_are_exclusive(self) -> Resources:
@@ -226,7 +225,7 @@ class Task(_Strict):
 
     name: str | None = None
     workdir: str | None = None
-    num_nodes: int = Field(default=1, ge=1)
+    num_nodes: int = Field(default=1, ge=1, le=MAX_NODES, strict=True)
     resources: Resources = Field(default_factory=Resources)
     envs: dict[str, str] = Field(default_factory=dict)
     # Given to setup and run like envs (winning over an env of the same name), shown as
@@ -305,6 +304,10 @@ def _task_refused(loc: list[str]) -> str | None:
     return refused_field(loc, in_resources=_task_fields_at(loc) is RESOURCES_FIELDS)
 
 
+# pydantic's wording for strict types, said the way a YAML author thinks of them.
+_PLAIN = {"bool_type": "expected true or false", "int_type": "expected a whole number"}
+
+
 def describe_error(error: dict[str, Any], fields_at: Callable[[list[str]], list[str]],
                    refused: Callable[[list[str]], str | None] | None = None
                    ) -> tuple[str, str]:
@@ -318,9 +321,9 @@ def describe_error(error: dict[str, Any], fields_at: Callable[[list[str]], list[
     if error["type"] == "extra_forbidden":
         why = refused(loc) if refused else None
         return field, why or "unknown field" + suggest(loc[-1], fields_at(loc))
-    message = error["msg"].removeprefix("Value error, ")
+    message = _PLAIN.get(error["type"]) or error["msg"].removeprefix("Value error, ")
     if error["type"] not in ("value_error", "assertion_error") and "input" in error:
-        message += f" (got {error['input']!r})"
+        message += f" (got {quoted(error['input'])})"
     return field, message
 
 
@@ -392,13 +395,7 @@ def load_pipeline(path: str | Path, envs: Mapping[str, str] | None = None,
     """Load a task or pipeline YAML file. Relative paths resolve against the cwd, as in
     SkyPilot; ``envs`` and ``secrets`` (from the command line) override every task's."""
     source = str(path)
-    file = Path(path)
-    if not file.is_file():
-        raise SpecError(source, [("", "no such file")])
-    try:
-        documents = [d for d in yaml.safe_load_all(file.read_text()) if d is not None]
-    except yaml.YAMLError as exc:
-        raise SpecError(source, [("", f"not valid YAML: {exc}")]) from None
+    documents = load_yaml_file(path, source)  # text and YAML checked: see spec_yaml
     if not documents:
         raise SpecError(source, [("", "the file holds no task")])
     name = None

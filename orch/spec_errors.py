@@ -3,6 +3,26 @@ that is wrong, and the CLI turns it into exit code 2 without a traceback."""
 
 from __future__ import annotations
 
+# A message never grows with the input: a multi-megabyte value or key is cut when quoted.
+MAX_QUOTED = 80
+MAX_MESSAGE = 500
+MAX_PROBLEMS = 20
+
+
+def shorten(text: str, limit: int = MAX_QUOTED) -> str:
+    """``text`` cut to ``limit`` characters, ending in "…" when it was longer."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def quoted(value: object, limit: int = MAX_QUOTED) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters (a huge value's repr is
+    never built in full: a string is cut before it is quoted)."""
+    if isinstance(value, str) and len(value) > limit:
+        return repr(value[:limit - 3]) + "…"
+    if isinstance(value, list | dict | tuple | set) and len(value) > limit:
+        return f"<a {type(value).__name__} of {len(value):,} items>"
+    return shorten(repr(value), limit)
+
 
 class SpecError(Exception):
     """A task spec that cannot be used; ``problems`` pairs a field path with what is wrong.
@@ -11,9 +31,12 @@ class SpecError(Exception):
     what = "task spec"
 
     def __init__(self, source: str, problems: list[tuple[str, str]]):
-        self.source = source
-        self.problems = problems
-        lines = [f"{source}: invalid {self.what}"]
-        lines += [f"  {field}: {message}" if field else f"  {message}" for field, message in
-                  problems]
+        self.source = shorten(source, 300)
+        self.problems = [(shorten(field, 200), shorten(message, MAX_MESSAGE))
+                         for field, message in problems]
+        lines = [f"{self.source}: invalid {self.what}"]
+        lines += [f"  {field}: {message}" if field else f"  {message}"
+                  for field, message in self.problems[:MAX_PROBLEMS]]
+        if len(self.problems) > MAX_PROBLEMS:
+            lines.append(f"  … and {len(self.problems) - MAX_PROBLEMS} more")
         super().__init__("\n".join(lines))

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orch.secret import Secret
 from orch.spec import SpecError, Task, parse_task
 from orch.spec_infra import conflicts, parse_infra
+from orch.spec_values import MAX_NODES, number_or_plus, parse_accelerators
 
 
 class Overrides(BaseModel):
@@ -73,3 +74,21 @@ def check_infra_flag(infra: str | None, **flags: str | None) -> None:
     if clash:
         given = " and ".join(f"--{field} {flags[field]}" for field in clash)
         raise SpecError("--infra", [("", f"--infra {infra} disagrees with {given}")])
+
+
+def check_resource_flags(*, cpus: str | None = None, memory: str | None = None,
+                         gpus: str | None = None, num_nodes: int | None = None) -> None:
+    """``--cpus``, ``--memory``, ``--gpus`` and ``--num-nodes`` are well formed: checked
+    before any file is read, so a mistake is blamed on the flag, not on the task YAML."""
+    checks = (("--cpus", cpus, lambda v: number_or_plus(v, "cpus")),
+              ("--memory", memory, lambda v: number_or_plus(v, "memory")),
+              ("--gpus", gpus, parse_accelerators))
+    for flag, value, check in checks:
+        if value is None:
+            continue
+        try:
+            check(value)
+        except ValueError as exc:
+            raise SpecError(flag, [("", str(exc))]) from None
+    if num_nodes is not None and not 1 <= num_nodes <= MAX_NODES:
+        raise SpecError("--num-nodes", [("", f"expected 1 to {MAX_NODES}, got {num_nodes}")])

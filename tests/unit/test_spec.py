@@ -70,7 +70,7 @@ def test_unknown_field_names_the_file_the_field_and_a_suggestion(tmp_path: Path)
 
 
 @pytest.mark.parametrize(("yaml_text", "field", "expected"), [
-    ("num_nodes: two", "num_nodes", "valid integer"),
+    ("num_nodes: two", "num_nodes", "whole number"),
     ("num_nodes: 0", "num_nodes", "greater than or equal to 1"),
     ("resources:\n  cpus: lots", "resources.cpus", "positive number"),
     ("resources:\n  accelerators: ':4'", "resources.accelerators", "NAME or NAME:COUNT"),

@@ -1,0 +1,161 @@
+"""Reading a user's YAML file so that no content can break orch: bytes → text → documents.
+
+PyYAML on its own lets a file crash the CLI or hang it: a file that is not UTF-8 raises
+UnicodeDecodeError, ``[[[[…`` thousands deep a RecursionError in its recursive composer, an
+alias bomb (``&a [*a, *a …]`` nested) builds a structure whose walk never ends, and a
+duplicate key silently keeps the last value. Here every such file is refused with a
+:class:`SpecError` naming the file, the place (line, field path) and the limit:
+
+* text: UTF-8 (a BOM is fine), or UTF-16/UTF-32 with a BOM; anything else is refused with
+  the first bad byte and its line and column;
+* at most :data:`MAX_BYTES` bytes, :data:`MAX_DEPTH` levels of nesting, :data:`MAX_VALUES`
+  nodes once aliases are expanded (and no alias inside itself);
+* no key twice in one mapping (the message names the key path and both lines).
+
+The depth is checked on PyYAML's event stream (its parser is iterative) before anything is
+composed, so the recursive parts only ever see shallow documents.
+"""
+
+from __future__ import annotations
+
+import codecs
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orch.spec_errors import SpecError, shorten
+
+MAX_BYTES = 1024 * 1024  # a task YAML is a few KB; 1 MiB leaves room for long scripts
+MAX_DEPTH = 64
+MAX_VALUES = 100_000
+
+_BOMS = (  # UTF-32 first: its little-endian BOM starts with UTF-16's
+    (codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def read_text(path: str | Path, source: str) -> str:
+    """The file's text, or a SpecError saying why it is not a text file orch can read."""
+    file = Path(path)
+    if file.is_dir():
+        raise SpecError(source, [("", "is a directory, not a task YAML")])
+    if not file.is_file():
+        raise SpecError(source, [("", "no such file")])
+    try:
+        size = file.stat().st_size
+        if size > MAX_BYTES:
+            raise SpecError(source, [("", f"the file has {size:,} bytes; a task YAML may "
+                                          f"have at most {MAX_BYTES:,} (1 MiB)")])
+        data = file.read_bytes()
+    except OSError as exc:
+        raise SpecError(source, [("", f"cannot be read: {exc.strerror or exc}")]) from None
+    return decode(data, source)
+
+
+def decode(data: bytes, source: str) -> str:
+    """UTF-8 (with or without a BOM), or UTF-16/32 with a BOM."""
+    encoding = next((name for bom, name in _BOMS if data.startswith(bom)), "utf-8")
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        if encoding != "utf-8":
+            raise SpecError(source, [("", f"not valid {encoding.upper()} text (it starts "
+                                          f"with a {encoding.upper()} byte order mark)")]
+                            ) from None
+        before = data[:exc.start]
+        line = before.count(b"\n") + 1
+        column = exc.start - (before.rfind(b"\n") + 1) + 1
+        kind = "a binary file, " if b"\0" in data[:8192] else ""
+        raise SpecError(source, [("", f"{kind}not UTF-8 text (byte 0x{data[exc.start]:02x} "
+                                      f"at line {line} column {column})")]) from None
+
+
+def load_documents(text: str, source: str) -> list[Any]:
+    """The YAML documents of ``text`` (empty ones dropped), within the limits above."""
+    try:
+        _check_depth(text, source)
+        loader = yaml.SafeLoader(text)
+        try:
+            documents = []
+            while loader.check_node():
+                node = loader.get_node()
+                if node is not None:
+                    _check_node(node, source)
+                documents.append(loader.construct_document(node))
+        finally:
+            loader.dispose()  # type: ignore[no-untyped-call]
+    except yaml.YAMLError as exc:
+        raise SpecError(source, [("", f"not valid YAML: {shorten(str(exc), 400)}")]) from None
+    except RecursionError:  # a last guard: the limits above should keep it from happening
+        raise SpecError(source, [("", "the YAML is nested too deeply")]) from None
+    return [d for d in documents if d is not None]
+
+
+def load_yaml_file(path: str | Path, source: str | None = None) -> list[Any]:
+    """``read_text`` then ``load_documents``: the documents of a user's YAML file."""
+    where = source or str(path)
+    return load_documents(read_text(path, where), where)
+
+
+def _check_depth(text: str, source: str) -> None:
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark else "?"
+                raise SpecError(source, [("", f"line {line}: nested more than {MAX_DEPTH} "
+                                              "levels deep")])
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _check_node(root: yaml.Node, source: str) -> None:
+    """Duplicate keys, aliases inside themselves, and the size once aliases are expanded."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node, path: str) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise SpecError(source, [(path, f"line {node.start_mark.line + 1}: an alias "
+                                            "refers to the node that contains it")])
+        active.add(key)
+        total = 1
+        for child, child_path in _children(node, path, source):
+            total += size(child, child_path)
+            if total > MAX_VALUES:
+                raise SpecError(source, [(path, f"more than {MAX_VALUES:,} values once "
+                                                "aliases (*name) are expanded")])
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root, "")
+
+
+def _children(node: yaml.Node, path: str, source: str) -> list[tuple[yaml.Node, str]]:
+    """The nodes inside ``node`` with their field paths; a key seen twice is refused."""
+    if isinstance(node, yaml.SequenceNode):
+        return [(item, f"{path}[{i}]") for i, item in enumerate(node.value)]
+    if not isinstance(node, yaml.MappingNode):
+        return []
+    seen: dict[tuple[str, str], int] = {}
+    children = []
+    for key, value in node.value:
+        name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+        child = f"{path}.{shorten(name, 80)}" if path else shorten(name, 80)
+        line = key.start_mark.line + 1
+        if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+            if (key.tag, name) in seen:
+                first = seen[key.tag, name]
+                raise SpecError(source, [(child, f"the key {shorten(name, 80)!r} is given "
+                                                 f"twice (lines {first} and {line})")])
+            seen[key.tag, name] = line
+        children += [(key, child), (value, child)]
+    return children
