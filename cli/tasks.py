@@ -72,7 +72,8 @@ def overrides_from_flags(
 ) -> Overrides:
     """The flags, checked on their own first (a mistake in one is blamed on the flag)."""
     check_infra_flag(infra, cloud=cloud, region=region, zone=zone)
-    check_resource_flags(cpus=cpus, memory=memory, gpus=gpus, num_nodes=num_nodes)
+    check_resource_flags(cpus=cpus, memory=memory, gpus=gpus, num_nodes=num_nodes,
+                         workdir=workdir)
     envs = {**(parse_env_file(env_file) if env_file else {}), **parse_env_flags(env or [])}
     return Overrides(
         name=name, infra=infra, cloud=cloud, region=region, zone=zone,

@@ -314,10 +314,11 @@ def describe_error(error: dict[str, Any], fields_at: Callable[[list[str]], list[
     """One pydantic error as (field path, message); an unknown field gets the close
     matches among ``fields_at(location)``, unless ``refused`` names it as a field of
     another tool that is refused on purpose (then its message, and no hint)."""
-    loc = [str(part) for part in error["loc"]]
     # pydantic adds validator names ("function-before[...]") to locations; drop them.
-    loc = [p for p in loc if not p.startswith(("function-", "constrained-"))]
-    field = ".".join(loc)
+    parts = [p for p in error["loc"]
+             if not str(p).startswith(("function-", "constrained-"))]
+    loc = [str(part) for part in parts]
+    field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
     if error["type"] == "extra_forbidden":
         why = refused(loc) if refused else None
         return field, why or "unknown field" + suggest(loc[-1], fields_at(loc))

@@ -5,6 +5,8 @@ its secrets."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from orch.secret import Secret
@@ -77,9 +79,11 @@ def check_infra_flag(infra: str | None, **flags: str | None) -> None:
 
 
 def check_resource_flags(*, cpus: str | None = None, memory: str | None = None,
-                         gpus: str | None = None, num_nodes: int | None = None) -> None:
-    """``--cpus``, ``--memory``, ``--gpus`` and ``--num-nodes`` are well formed: checked
-    before any file is read, so a mistake is blamed on the flag, not on the task YAML."""
+                         gpus: str | None = None, num_nodes: int | None = None,
+                         workdir: str | None = None) -> None:
+    """``--cpus``, ``--memory``, ``--gpus``, ``--num-nodes`` and ``--workdir`` are well
+    formed: checked before any file is read, so a mistake is blamed on the flag, not on
+    the task YAML."""
     checks = (("--cpus", cpus, lambda v: number_or_plus(v, "cpus")),
               ("--memory", memory, lambda v: number_or_plus(v, "memory")),
               ("--gpus", gpus, parse_accelerators))
@@ -92,3 +96,5 @@ def check_resource_flags(*, cpus: str | None = None, memory: str | None = None,
             raise SpecError(flag, [("", str(exc))]) from None
     if num_nodes is not None and not 1 <= num_nodes <= MAX_NODES:
         raise SpecError("--num-nodes", [("", f"expected 1 to {MAX_NODES}, got {num_nodes}")])
+    if workdir is not None and not Path(workdir).expanduser().is_dir():
+        raise SpecError("--workdir", [("", f"{workdir} is not a directory on this machine")])

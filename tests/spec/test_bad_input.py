@@ -79,7 +79,7 @@ CASES: dict[str, tuple[bytes | str, list[str], list[str]]] = {
     "gpus_fraction": ("resources:\n  accelerators: A100:0.5\n", [],
                       ["resources.accelerators: count of 'A100' must be a whole number"]),
     "gpus_in_any_of": ("resources:\n  any_of:\n    - accelerators: T4\n    - accelerators: T4:-1\n",
-                       [], ["resources.any_of.1.accelerators: count of 'T4' must be at least 1"]),
+                       [], ["resources.any_of[1].accelerators: count of 'T4' must be at least 1"]),
     "env_mapping": ("envs:\n  A: {b: 1}\n", [], ["envs: A: expected a string or a number"]),
     "env_list": ("envs:\n  A: [1, 2]\n", [], ["envs: A: expected a string or a number"]),
     "unknown_region": ("resources:\n  cloud: aws\n  region: us-east-99\n", [],
@@ -95,6 +95,11 @@ CASES: dict[str, tuple[bytes | str, list[str], list[str]]] = {
     "flag_region": ("run: a\n", ["--region", "us-east-99"], ["--region", "unknown region"]),
     "flag_gpus": ("run: a\n", ["--gpus", "A100:x"], ["--gpus", "whole count"]),
     "flag_env": ("run: a\n", ["--env", "=x"], ["--env", "'=x': expected NAME=VALUE"]),
+    "flag_cloud": ("run: a\n", ["--cloud", "foo"], ["--cloud", "unknown cloud 'foo'"]),
+    "flag_instance_type": ("resources:\n  cloud: aws\n", ["--instance-type", "m5.lrage"],
+                           ["--instance-type", "did you mean 'm5.large'"]),
+    "flag_infra": ("run: a\n", ["--infra", "aws/us-east-99"], ["--infra", "unknown region"]),
+    "flag_workdir": ("run: a\n", ["--workdir", "/no/such/dir"], ["--workdir", "not a directory"]),
     "flag_nodes": ("run: a\n", ["--num-nodes", "5000"], ["--num-nodes", "expected 1 to 1000"]),
 }
 ACCEPTED_ENCODINGS = {

@@ -84,7 +84,7 @@ def test_an_any_of_entrys_infra_replaces_the_place_it_inherits() -> None:
         {"infra": "gcp"}, {"cpus": 4}, {"infra": "*/us-west-2"}]}}) == [
         ("gcp", None, None), ("aws", "us-east-1", "us-east-1a"), (None, "us-west-2", None)]
     found = problems({"resources": {"ordered": [{"infra": "aws"}, {"infra": "k8s"}]}})
-    assert list(found) == ["resources.ordered.1.infra"]
+    assert list(found) == ["resources.ordered[1].infra"]
 
 
 def test_the_infra_flag_replaces_the_yaml_place_and_is_checked_on_its_own() -> None:
@@ -238,7 +238,7 @@ def test_a_refused_skypilot_field_gets_its_rows_message(row: str, tmp_path: Path
 @pytest.mark.parametrize("where", ["any_of", "ordered"])
 def test_refused_resources_fields_are_refused_inside_alternatives_too(where: str) -> None:
     found = problems({"resources": {where: [{"cpus": 2}, {"labels": {"a": "b"}}]}})
-    assert found == {f"resources.{where}.1.labels": UNSUPPORTED["resources.labels"]}
+    assert found == {f"resources.{where}[1].labels": UNSUPPORTED["resources.labels"]}
 
 
 def test_a_task_level_field_is_not_taken_for_a_resources_one() -> None:
