@@ -31,7 +31,7 @@ from orch.secret import Secret
 from orch.spec_envs import given_over, still_required, substitute, variables_as_written
 from orch.spec_envs import parse_env_file as parse_env_file  # re-exported for the CLI
 from orch.spec_envs import parse_env_flags as parse_env_flags
-from orch.spec_errors import SpecError, quoted
+from orch.spec_errors import SpecError, field_path, quoted
 from orch.spec_infra import conflicts, parse_infra
 from orch.spec_unsupported import (
     FILE_MOUNTS_STORAGE,
@@ -318,7 +318,7 @@ def describe_error(error: dict[str, Any], fields_at: Callable[[list[str]], list[
     parts = [p for p in error["loc"]
              if not str(p).startswith(("function-", "constrained-"))]
     loc = [str(part) for part in parts]
-    field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
+    field = field_path(parts)
     if error["type"] == "extra_forbidden":
         why = refused(loc) if refused else None
         return field, why or "unknown field" + suggest(loc[-1], fields_at(loc))

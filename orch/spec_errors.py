@@ -3,6 +3,8 @@ that is wrong, and the CLI turns it into exit code 2 without a traceback."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 # A message never grows with the input: a multi-megabyte value or key is cut when quoted.
 MAX_QUOTED = 80
 MAX_MESSAGE = 500
@@ -22,6 +24,18 @@ def quoted(value: object, limit: int = MAX_QUOTED) -> str:
     if isinstance(value, list | dict | tuple | set) and len(value) > limit:
         return f"<a {type(value).__name__} of {len(value):,} items>"
     return shorten(repr(value), limit)
+
+
+def field_path(parts: Sequence[object]) -> str:
+    """``["resources", "any_of", 0, "cpus"]`` → ``resources.any_of[0].cpus`` (an empty key
+    shown as '')."""
+    path = ""
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += ("." if path else "") + (str(part) or "''")
+    return path
 
 
 class SpecError(Exception):

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from orch.spec_errors import SpecError, shorten
+from orch.spec_errors import SpecError, field_path, shorten
 
 MAX_BYTES = 1024 * 1024  # a task YAML is a few KB; 1 MiB leaves room for long scripts
 MAX_DEPTH = 64
@@ -120,44 +120,47 @@ def _check_node(root: yaml.Node, source: str) -> None:
     sizes: dict[int, int] = {}
     active: set[int] = set()
 
-    def size(node: yaml.Node, path: str) -> int:
+    def size(node: yaml.Node, path: list[str | int]) -> int:
         key = id(node)
         if key in sizes:
             return sizes[key]
         if key in active:
-            raise SpecError(source, [(path, f"line {node.start_mark.line + 1}: an alias "
-                                            "refers to the node that contains it")])
+            line = node.start_mark.line + 1
+            raise SpecError(source, [(field_path(path), f"line {line}: an alias refers to "
+                                                        "the node that contains it")])
         active.add(key)
         total = 1
         for child, child_path in _children(node, path, source):
             total += size(child, child_path)
             if total > MAX_VALUES:
-                raise SpecError(source, [(path, f"more than {MAX_VALUES:,} values once "
-                                                "aliases (*name) are expanded")])
+                raise SpecError(source, [(field_path(path), f"more than {MAX_VALUES:,} values "
+                                                            "once aliases (*name) are expanded")])
         active.discard(key)
         sizes[key] = total
         return total
 
-    size(root, "")
+    size(root, [])
 
 
-def _children(node: yaml.Node, path: str, source: str) -> list[tuple[yaml.Node, str]]:
+def _children(node: yaml.Node, path: list[str | int], source: str
+              ) -> list[tuple[yaml.Node, list[str | int]]]:
     """The nodes inside ``node`` with their field paths; a key seen twice is refused."""
     if isinstance(node, yaml.SequenceNode):
-        return [(item, f"{path}[{i}]") for i, item in enumerate(node.value)]
+        return [(item, [*path, i]) for i, item in enumerate(node.value)]
     if not isinstance(node, yaml.MappingNode):
         return []
     seen: dict[tuple[str, str], int] = {}
     children = []
     for key, value in node.value:
         name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
-        child = f"{path}.{shorten(name, 80)}" if path else shorten(name, 80)
+        child: list[str | int] = [*path, shorten(name, 80)]
         line = key.start_mark.line + 1
         if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
             if (key.tag, name) in seen:
                 first = seen[key.tag, name]
-                raise SpecError(source, [(child, f"the key {shorten(name, 80)!r} is given "
-                                                 f"twice (lines {first} and {line})")])
+                shown = shorten(name, 80)
+                raise SpecError(source, [(field_path(child), f"the key {shown!r} is given "
+                                                             f"twice (lines {first} and {line})")])
             seen[key.tag, name] = line
         children += [(key, child), (value, child)]
     return children

@@ -28,6 +28,15 @@ def _bomb() -> str:
     return "\n".join([*lines, f"run: *{previous}"]) + "\n"
 
 
+def _merge_bomb() -> str:
+    """The same through merge keys (``<<: [*a, *a …]``), which PyYAML flattens in place."""
+    lines = ["a0: &a0 {k0: 1, k1: 2, k2: 3, k3: 4}"]
+    for level in range(1, 12):
+        lines.append(f"a{level}: &a{level} {{<<: [{', '.join([f'*a{level - 1}'] * 9)}], "
+                     f"z{level}: 1}}")
+    return "\n".join([*lines, "run: x"]) + "\n"
+
+
 # name → (file content, extra arguments, what the message must say)
 CASES: dict[str, tuple[bytes | str, list[str], list[str]]] = {
     "binary": (bytes(range(256)) * 4, [],
@@ -40,6 +49,7 @@ CASES: dict[str, tuple[bytes | str, list[str], list[str]]] = {
     "deep_block": ("".join(f"{' ' * i}k{i}:\n" for i in range(MAX_DEPTH + 6)) + "\n", [],
                    [f"line {MAX_DEPTH + 1}: nested more than {MAX_DEPTH} levels deep"]),
     "alias_bomb": (_bomb(), [], ["once aliases (*name) are expanded"]),
+    "merge_bomb": (_merge_bomb(), [], ["<<: more than 100,000 values once aliases"]),
     "recursive_alias": ("run: &a [*a]\n", [], ["run[0]: line 1: an alias refers to the node"]),
     "too_big": ("run: " + "x" * (MAX_BYTES + 10) + "\n", [], ["at most 1,048,576 (1 MiB)"]),
     "huge_value": ("resources:\n  cpus: '" + "9x" * 400_000 + "'\n", [],
