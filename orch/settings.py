@@ -29,7 +29,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orch.catalog import CATALOG_CLOUDS, load_catalog
@@ -37,6 +36,7 @@ from orch.config import TemporalSettings, orch_home
 from orch.lifecycle import Autostop
 from orch.semaphore import PermitLimits
 from orch.spec import SpecError, describe_error, suggest
+from orch.spec_yaml import decode, load_documents
 
 CLOUDS = ("local", *CATALOG_CLOUDS)
 _DEFAULT_PERMITS = PermitLimits()
@@ -216,15 +216,13 @@ def _read(path: Path) -> dict[str, Any]:
         raise ConfigError(source, [("", "is a directory, not a file")]) from None
     except OSError as exc:
         raise ConfigError(source, [("", f"cannot be read: {exc.strerror or exc}")]) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(source, [("", f"is not UTF-8 text (byte {raw[exc.start]:#04x} at "
-                                        f"offset {exc.start})")]) from None
-    try:
-        data = yaml.safe_load(text)
-    except (yaml.YAMLError, ValueError, RecursionError) as exc:
-        raise ConfigError(source, [("", f"not valid YAML: {exc}")]) from None
+    try:  # the task YAML's reader: encodings, limits, duplicate keys (see spec_yaml)
+        documents = load_documents(decode(raw, source), source)
+    except SpecError as err:
+        raise ConfigError(source, err.problems) from None
+    if len(documents) > 1:
+        raise ConfigError(source, [("", f"expected one YAML document, found {len(documents)}")])
+    data = documents[0] if documents else None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -143,7 +143,11 @@ def test_a_bad_variable_is_named(tmp_path: Path) -> None:
     (b"a: [1,\n", "not valid YAML"),
     (b"- aws\n- gcp\n", "expected a mapping of settings, got list"),
     (b"just words\n", "expected a mapping of settings, got str"),
-    (b"\xff\xfe\x00garbage", "is not UTF-8 text (byte 0xff at offset 0)"),
+    (b"\xff\xfe\x00garbage!", "not valid UTF-16 text"),
+    (b"a: caf\xe9\n", "not UTF-8 text (byte 0xe9 at line 1 column 7)"),
+    (b"a: 1\na: 2\n", "the key 'a' is given twice (lines 1 and 2)"),
+    (b"a: [" * 100 + b"\n", "nested more than 64 levels deep"),
+    (b"a: 1\n---\nb: 2\n", "expected one YAML document, found 2"),
     (b"a: !!python/object:os.system x\n", "not valid YAML"),
 ])
 def test_broken_files_are_config_errors(tmp_path: Path, text: bytes, expected: str) -> None:
