@@ -173,6 +173,15 @@ def test_a_directory_entrypoint_is_refused_and_a_missing_yaml_named(tmp_path: Pa
     assert "no such file" in missing.stderr
 
 
+@pytest.mark.parametrize("name", ["duplicate_key", "unknown_region", "flag_region"])
+def test_a_real_launch_refuses_before_starting_anything(name: str, tmp_path: Path) -> None:
+    """Not a dry run: the same refusal, and still no control plane (``orch`` checks that)."""
+    content, args, expected = CASES[name]
+    _write(tmp_path / "t.yaml", content)
+    result = orch(tmp_path / "home", tmp_path, "launch", "-y", *args, "t.yaml")
+    assert result.returncode == 2 and expected[0] in " ".join(result.stderr.split())
+
+
 def test_jobs_launch_names_the_task_of_a_pipeline(tmp_path: Path) -> None:
     _write(tmp_path / "p.yaml", "name: p\n---\nrun: a\n---\nresources:\n  accelerators: A1000\n")
     result = orch(tmp_path / "home", tmp_path, "jobs", "launch", "-y", "p.yaml")
