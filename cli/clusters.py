@@ -11,7 +11,7 @@ import typer
 
 from cli import display
 from cli.app import AsJson, Yes, app, console, err_console, fail, run, settings
-from cli.tasks import overrides_from_flags, task_from_args, task_source
+from cli.tasks import overrides_from_flags, task_source, written_task_from_args
 from orch.check import check_clouds
 from orch.client import Client, ClusterSummary, OrchError
 from orch.client.managed_jobs import ManagedJobs
@@ -50,21 +50,23 @@ def parse_task(entrypoint: str | None, **flags: Any) -> Task:
     return parse_task_args(entrypoint, **flags)[0]
 
 
-def parse_task_args(entrypoint: str | None, **flags: Any) -> tuple[Task, Overrides]:
-    """The task and the flags that override it; a mistake in either exits 2."""
+def parse_task_args(entrypoint: str | None, **flags: Any) -> tuple[Task, Task, Overrides]:
+    """The task, the task as written, and the flags that override it; a mistake in either
+    exits 2."""
     try:
         overrides = overrides_from_flags(**flags)
-        return task_from_args(entrypoint, overrides), overrides
+        return (*written_task_from_args(entrypoint, overrides), overrides)
     except SpecError as err:
         raise fail(str(err), code=2) from None
 
 
-def planned(task: Task, entrypoint: str | None, overrides: Overrides) -> list[Candidate]:
+def planned(entrypoint: str | None, task: Task, written: Task,
+            overrides: Overrides) -> list[Candidate]:
     """The task's candidates; a name the catalog does not know exits 2, naming the file
     and field (or the flag) it came from, before anything starts."""
     config = settings()
     try:
-        return checked_plan(task, task_source(entrypoint), flags=overrides,
+        return checked_plan(task, task_source(entrypoint), flags=overrides, written=written,
                             allowed_clouds=config.allowed_clouds,
                             default_regions=config.default_regions())
     except SpecError as err:
@@ -107,11 +109,11 @@ def launch(
     yes: Yes = False,
 ) -> None:
     """Launch a cluster (or reuse an UP one) and run a task on it."""
-    task, overrides = parse_task_args(
+    task, written, overrides = parse_task_args(
         entrypoint, name=name, infra=infra, cloud=cloud, region=region, zone=zone,
         instance_type=instance_type, cpus=cpus, memory=memory, gpus=gpus, num_nodes=num_nodes,
         use_spot=use_spot, env=env, env_file=env_file, workdir=workdir, secret=secret)
-    candidates = planned(task, entrypoint, overrides)
+    candidates = planned(entrypoint, task, written, overrides)
     if dryrun:
         show_plan(task, candidates, as_json)
         return

@@ -25,6 +25,12 @@ from orch.spec_overrides import (
 
 def task_from_args(entrypoint: str | None, overrides: Overrides) -> Task:
     """``entrypoint`` is a task YAML, or a shell command to run (SkyPilot's convention)."""
+    return written_task_from_args(entrypoint, overrides)[0]
+
+
+def written_task_from_args(entrypoint: str | None, overrides: Overrides) -> tuple[Task, Task]:
+    """The task with the flags applied, and the task as written (before the flags: what
+    :func:`orch.spec_plan.checked_plan` reads to name the field a value came from)."""
     if entrypoint is None:
         raise SpecError("command line", [("", "give a task YAML or a command to run")])
     _refuse_directory(entrypoint)
@@ -38,7 +44,7 @@ def task_from_args(entrypoint: str | None, overrides: Overrides) -> Task:
         task = parse_task({"run": entrypoint}, "command line", Path.cwd(), envs=overrides.envs,
                           secrets=overrides.secrets)
         source = "command line"
-    return apply_overrides(task, overrides, source)
+    return apply_overrides(task, overrides, source), task
 
 
 def _refuse_directory(entrypoint: str) -> None:

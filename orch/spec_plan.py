@@ -10,6 +10,7 @@ optimizer stays unaware of files and fields; this module only reads its messages
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -32,9 +33,11 @@ _FLAGS = {"cloud": "--cloud", "region": "--region", "zone": "--zone",
 
 
 def checked_plan(task: Task, source: str, *, flags: Overrides | None = None,
-                 prefix: str = "", **plan_args: Any) -> list[Candidate]:
+                 written: Task | None = None, prefix: str = "",
+                 **plan_args: Any) -> list[Candidate]:
     """``plan(task, **plan_args)``, or a SpecError naming where the refused value was
-    written: ``source`` and ``prefix`` + field path, or the flag of ``flags`` that gave it."""
+    written: ``source`` and ``prefix`` + field path, or the flag of ``flags`` that gave it.
+    ``written``: the task before the flags, whose ``infra`` the fields of ``task`` lose."""
     try:
         return plan(task, **plan_args)
     except OptimizerError as err:
@@ -42,6 +45,7 @@ def checked_plan(task: Task, source: str, *, flags: Overrides | None = None,
         flag = _flag_of(field, flags)
         if flag:
             raise SpecError(flag, [("", str(err))]) from None
+        field = _as_written(written, where, field)
         path = ".".join(p for p in (where, field) if p)
         raise SpecError(source, [(prefix + path, str(err))]) from None
 
@@ -74,6 +78,21 @@ def _locate(task: Task, err: OptimizerError, plan_args: Mapping[str, Any]) -> tu
         except OptimizerError:
             continue
     return "resources", field
+
+
+def _as_written(written: Task | None, where: str, field: str) -> str:
+    """``infra`` when the cloud/region/zone at ``where`` was written as ``infra``."""
+    match = re.fullmatch(r"resources(?:\.(any_of|ordered)\[(\d+)\])?", where)
+    if written is None or field not in ("cloud", "region", "zone") or match is None:
+        return field
+    resources = written.resources
+    if match.group(1):
+        options = getattr(resources, match.group(1)) or []
+        index = int(match.group(2))
+        if index >= len(options):
+            return field
+        resources = options[index]
+    return "infra" if "infra" in resources.model_fields_set else field
 
 
 def _subject(message: str) -> str:

@@ -94,6 +94,14 @@ CASES: dict[str, tuple[bytes | str, list[str], list[str]]] = {
     "env_list": ("envs:\n  A: [1, 2]\n", [], ["envs: A: expected a string or a number"]),
     "unknown_region": ("resources:\n  cloud: aws\n  region: us-east-99\n", [],
                        ["resources.region: unknown region 'us-east-99'", "did you mean"]),
+    "unknown_region_infra": ("resources:\n  infra: aws/us-east-99\n", [],
+                             ["resources.infra: unknown region 'us-east-99' on aws"]),
+    "unknown_region_any_of": ("resources:\n  any_of:\n    - infra: aws/us-east-1\n"
+                              "    - infra: gcp/europe-nowhere1\n", [],
+                              ["resources.any_of[1].infra: unknown region 'europe-nowhere1'"]),
+    "unknown_zone_inherited": ("resources:\n  infra: aws\n  any_of:\n    - region: us-east-1\n"
+                               "    - zone: us-east-1z\n", [],
+                               ["resources.any_of[1].zone: unknown zone 'us-east-1z' on aws"]),
     "unknown_instance_type": ("resources:\n  instance_type: m5.lrage\n", [],
                               ["resources.instance_type: unknown instance type", "'m5.large'"]),
     "unknown_accelerator": ("resources:\n  any_of:\n    - cloud: aws\n    - accelerators: A1000\n",
