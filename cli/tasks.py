@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from orch.local_paths import DIRECTORY, path_kind
 from orch.secret import SecretValue
 from orch.spec import (
     Pipeline,
@@ -50,7 +52,7 @@ def written_task_from_args(entrypoint: str | None, overrides: Overrides) -> tupl
 def _refuse_directory(entrypoint: str) -> None:
     """A directory is neither a task YAML nor a command (a one-word command that is also a
     directory here is far likelier a mistyped path than a program)."""
-    if " " not in entrypoint.strip() and Path(entrypoint).expanduser().is_dir():
+    if " " not in entrypoint.strip() and path_kind(os.path.expanduser(entrypoint)) == DIRECTORY:
         raise SpecError(entrypoint, [("", "is a directory, not a task YAML or a command")])
 
 

@@ -27,11 +27,12 @@ from pydantic import (
     model_validator,
 )
 
+from orch.local_paths import DIRECTORY, FILE, MISSING, path_kind, resolved
 from orch.secret import Secret
 from orch.spec_envs import given_over, still_required, substitute, variables_as_written
 from orch.spec_envs import parse_env_file as parse_env_file  # re-exported for the CLI
 from orch.spec_envs import parse_env_flags as parse_env_flags
-from orch.spec_errors import SpecError, field_path, quoted
+from orch.spec_errors import SpecError, field_path, quoted, shorten
 from orch.spec_infra import conflicts, parse_infra
 from orch.spec_unsupported import (
     FILE_MOUNTS_STORAGE,
@@ -338,15 +339,20 @@ def _check_paths(task: Task, base: Path) -> tuple[Task, list[tuple[str, str]]]:
     update: dict[str, Any] = {}
     if task.workdir:
         workdir = _resolve_path(task.workdir, base)
-        if not workdir.is_dir():
-            problems.append(("workdir", f"{workdir} is not a directory on this machine"))
-        update["workdir"] = str(workdir.resolve())
+        kind = path_kind(workdir)
+        if kind != DIRECTORY:
+            shown = shorten(str(workdir), 120)
+            problems.append(("workdir", f"{shown} is {kind}" if kind.startswith("not a")
+                             else f"{shown} is not a directory on this machine"))
+        update["workdir"] = resolved(workdir)
     mounts = {}
     for remote, local in task.file_mounts.items():
         source = _resolve_path(local, base)
-        if not source.exists():
-            problems.append((f"file_mounts.{remote}", f"{source} does not exist"))
-        mounts[remote] = str(source.resolve())
+        kind = path_kind(source)
+        if kind == MISSING or kind.startswith("not a"):
+            problems.append((f"file_mounts.{remote}", f"{shorten(str(source), 120)} "
+                             + ("does not exist" if kind == MISSING else f"is {kind}")))
+        mounts[remote] = resolved(source)
     update["file_mounts"] = mounts
     return task.model_copy(update=update), problems
 
@@ -422,5 +428,5 @@ def load_task(path: str | Path) -> Task:
 
 def looks_like_yaml(entrypoint: str) -> bool:
     return entrypoint.endswith((".yaml", ".yml")) or (
-        Path(entrypoint).is_file() and " " not in entrypoint
+        " " not in entrypoint and path_kind(entrypoint) == FILE
     )

@@ -5,10 +5,11 @@ its secrets."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orch.local_paths import DIRECTORY, path_kind
 from orch.secret import Secret
 from orch.spec import SpecError, Task, parse_task
 from orch.spec_infra import conflicts, parse_infra
@@ -96,5 +97,5 @@ def check_resource_flags(*, cpus: str | None = None, memory: str | None = None,
             raise SpecError(flag, [("", str(exc))]) from None
     if num_nodes is not None and not 1 <= num_nodes <= MAX_NODES:
         raise SpecError("--num-nodes", [("", f"expected 1 to {MAX_NODES}, got {num_nodes}")])
-    if workdir is not None and not Path(workdir).expanduser().is_dir():
+    if workdir is not None and path_kind(os.path.expanduser(workdir)) != DIRECTORY:
         raise SpecError("--workdir", [("", f"{workdir} is not a directory on this machine")])

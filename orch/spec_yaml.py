@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from orch.local_paths import DIRECTORY, FILE, MISSING, path_kind
 from orch.spec_errors import SpecError, field_path, shorten
 
 MAX_BYTES = 1024 * 1024  # a task YAML is a few KB; 1 MiB leaves room for long scripts
@@ -42,10 +43,12 @@ _BOMS = (  # UTF-32 first: its little-endian BOM starts with UTF-16's
 def read_text(path: str | Path, source: str) -> str:
     """The file's text, or a SpecError saying why it is not a text file orch can read."""
     file = Path(path)
-    if file.is_dir():
-        raise SpecError(source, [("", "is a directory, not a task YAML")])
-    if not file.is_file():
-        raise SpecError(source, [("", "no such file")])
+    kind = path_kind(file)
+    if kind != FILE:
+        raise SpecError(source, [("", "is a directory, not a task YAML" if kind == DIRECTORY
+                                  else "no such file" if kind == MISSING
+                                  else f"is {kind}" if kind.startswith("not a")
+                                  else "is not a regular file")])
     try:
         size = file.stat().st_size
         if size > MAX_BYTES:

@@ -56,7 +56,8 @@ PATHS = [
     "resources.image_id", "resources.job_recovery", "resources.any_of", "resources.ordered",
     "resources.any_of.0", "resources.any_of.0.accelerators", "resources.ordered.1.region",
     "rn", "resource", "resources.cpu", "resources.gpus", "resources.any_of.0.cloud_",
-    "resources.disk_tier", "service", "config", "envs.BAD NAME",
+    "resources.disk_tier", "service", "config", "envs.BAD NAME", "file_mounts./x",
+    "file_mounts.~/y", "workdir",
 ]
 WORDS = ["aws", "gcp", "azure", "local", "k8s", "lambda", "*", "aws/*/us-east-1a", "gcp/",
          "us-east-1", "us-east-99", "us-central1-a", "m5.large", "m5.lrage", "p3.2xlarge",
@@ -64,6 +65,9 @@ WORDS = ["aws", "gcp", "azure", "local", "k8s", "lambda", "*", "aws/*/us-east-1a
          "4", "4+", "0", "-1", "8x", "16GB", "1e400", "nan", "inf", "yes", "no", "on", "",
          " ", "8080", "9000-8000", "0-10", "70000", "docker:ubuntu", "${A}", "$HOME/x",
          "failover", "EAGER_NEXT_REGION", "none", "\x00", "é", "🙂", "x" * 300]
+# Values for the fields that name local paths (workdir, file_mounts sources).
+PATH_WORDS = ["p" * 5000, "a\x00b", "~nosuchuser/x", ".", "..", "/", "/etc/passwd",
+              "./missing", "/dev/null", "${A}/x", "s3://bucket", "~"]
 scalars = (st.none() | st.booleans() | st.integers(-(10**12), 10**12)
            | st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from(WORDS)
            | st.text(max_size=12))
@@ -111,7 +115,9 @@ def mutated_specs(draw: st.DrawFn) -> bytes:
             spec = _delete(spec, path)
         else:
             depth = draw(st.sampled_from([MAX_DEPTH - 5, MAX_DEPTH + 5]))
-            spec = _set(spec, path, _nested(depth) if kind == "deep" else draw(values))
+            words = PATH_WORDS if path.startswith(("workdir", "file_mounts")) else WORDS
+            value = draw(st.sampled_from(words) | values)
+            spec = _set(spec, path, _nested(depth) if kind == "deep" else value)
     pipeline = [{"name": "p"}, spec, draw(st.sampled_from(VALID))]
     documents = [spec] if draw(st.booleans()) else pipeline
     text = yaml.safe_dump_all(documents, allow_unicode=True, sort_keys=False)
