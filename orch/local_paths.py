@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-FILE, DIRECTORY, MISSING = "file", "directory", "missing"
+FILE, DIRECTORY, MISSING, OTHER = "file", "directory", "missing", "other"
 
 
 def path_kind(path: str | Path) -> str:
@@ -25,7 +25,7 @@ def path_kind(path: str | Path) -> str:
     except OSError as exc:
         reason = "too long" if exc.errno == errno.ENAMETOOLONG else exc.strerror or str(exc)
         return f"not a usable path: {reason}"
-    return DIRECTORY if stat.S_ISDIR(mode) else FILE if stat.S_ISREG(mode) else "other"
+    return DIRECTORY if stat.S_ISDIR(mode) else FILE if stat.S_ISREG(mode) else OTHER
 
 
 def resolved(path: Path) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from orch.spec_errors import SpecError
+from orch.spec_yaml import read_text
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -119,15 +120,8 @@ def parse_env_flags(values: list[str], source: str = "--env") -> dict[str, str]:
 
 def parse_env_file(path: str | Path, source: str = "--env-file") -> dict[str, str]:
     """The variables of a dotenv file (the format is in the module docstring)."""
-    file = Path(path)
     where = f"{source} {path}"
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = "is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else (
-            "does not exist" if not file.exists() else
-            "is a directory" if file.is_dir() else exc.strerror or str(exc))
-        raise SpecError(where, [("", f"{path} {reason}")]) from None
+    text = read_text(path, where)  # UTF-8 or UTF-16/32 with a BOM, at most 1 MiB
     envs: dict[str, str] = {}
     problems: list[tuple[str, str]] = []
     for number, line in enumerate(text.splitlines(), start=1):

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from orch.local_paths import DIRECTORY, FILE, MISSING, path_kind
+from orch.local_paths import DIRECTORY, FILE, MISSING, OTHER, path_kind
 from orch.spec_errors import SpecError, field_path, shorten
 
 MAX_BYTES = 1024 * 1024  # a task YAML is a few KB; 1 MiB leaves room for long scripts
@@ -41,20 +41,22 @@ _BOMS = (  # UTF-32 first: its little-endian BOM starts with UTF-16's
 
 
 def read_text(path: str | Path, source: str) -> str:
-    """The file's text, or a SpecError saying why it is not a text file orch can read."""
+    """The text of a file the user names (a task YAML, an env file, the config), or a
+    SpecError saying why it is not a text file orch reads."""
     file = Path(path)
-    kind = path_kind(file)
-    if kind != FILE:
-        raise SpecError(source, [("", "is a directory, not a task YAML" if kind == DIRECTORY
-                                  else "no such file" if kind == MISSING
-                                  else f"is {kind}" if kind.startswith("not a")
-                                  else "is not a regular file")])
+    kind = path_kind(file)  # "other" (a pipe: --env-file <(…)) is read, up to the limit
+    if kind not in (FILE, OTHER):
+        raise SpecError(source, [("", "is a directory, not a file" if kind == DIRECTORY
+                                  else "no such file" if kind == MISSING else f"is {kind}")])
     try:
         size = file.stat().st_size
         if size > MAX_BYTES:
-            raise SpecError(source, [("", f"the file has {size:,} bytes; a task YAML may "
-                                          f"have at most {MAX_BYTES:,} (1 MiB)")])
-        data = file.read_bytes()
+            raise SpecError(source, [("", f"the file has {size:,} bytes; at most "
+                                          f"{MAX_BYTES:,} (1 MiB) are read")])
+        with file.open("rb") as stream:  # a file that grows (a FIFO, /proc) stops here
+            data = stream.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:
+            raise SpecError(source, [("", f"more than {MAX_BYTES:,} bytes (1 MiB)")])
     except OSError as exc:
         raise SpecError(source, [("", f"cannot be read: {exc.strerror or exc}")]) from None
     return decode(data, source)

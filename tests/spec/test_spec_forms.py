@@ -152,11 +152,11 @@ def test_a_bad_env_file_names_the_line(tmp_path: Path, text: str, where: str) ->
 
 
 def test_a_missing_or_binary_env_file_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="does not exist"):
+    with pytest.raises(SpecError, match="no such file"):
         parse_env_file(tmp_path / "none.env")
     with pytest.raises(SpecError, match="is a directory"):
         parse_env_file(tmp_path)
-    (tmp_path / "bin.env").write_bytes(b"\xff\xfe\x00A")
+    (tmp_path / "bin.env").write_bytes(b"A=\x80\x00")
     with pytest.raises(SpecError, match="not UTF-8"):
         parse_env_file(tmp_path / "bin.env")
 
