@@ -12,9 +12,10 @@ import typer
 from cli import display
 from cli.app import AsJson, Yes, app, console, err_console, fail, run, settings
 from cli.tasks import overrides_from_flags, task_from_args
-from orch.check import check_clouds
+from orch.check import CloudCheck, check_clouds
 from orch.client import Client, ClusterSummary, OrchError
 from orch.client.managed_jobs import ManagedJobs
+from orch.failover_rules import Candidate
 from orch.lifecycle import Autostop
 from orch.managed_jobs import JobSummary
 from orch.optimizer import OptimizerError, plan
@@ -146,15 +147,21 @@ def exec_(
     run(go)
 
 
-def show_plan(task: Task, as_json: bool) -> None:
-    """The optimizer's candidates over every cloud in the catalog, marked usable or not."""
+def planned(task: Task, where: str = "") -> tuple[list[Candidate], list[CloudCheck]]:
+    """The optimizer's candidates over every cloud in the catalog, and the checks of the
+    clouds they are on; a task nothing can run exits 2 (``where`` names the task)."""
     config = settings()
     try:
         candidates = plan(task, allowed_clouds=config.allowed_clouds,
                           default_regions=config.default_regions())
     except OptimizerError as err:
-        raise fail(str(err), code=2) from None
-    checks = check_clouds(tuple(sorted({c.cloud for c in candidates})))
+        raise fail(f"{where}{err}", code=2) from None
+    return candidates, check_clouds(tuple(sorted({c.cloud for c in candidates})))
+
+
+def show_plan(task: Task, as_json: bool) -> None:
+    """The plan of one task, marked usable or not."""
+    candidates, checks = planned(task)
     secrets = redacted(task.secrets)
     if as_json:
         print(json.dumps(display.plan_json(candidates, {c.cloud: c.ok for c in checks},

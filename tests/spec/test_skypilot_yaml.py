@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -38,6 +39,10 @@ def _sized_by_default(plan: Plan) -> bool:
                                 for c in clouds) and min(c["cpus"] for c in clouds) == 8
 
 
+# Azure sizes with premium storage: an "s" among the feature letters (Standard_D4s_v5).
+_AZURE_PREMIUM = re.compile(r"^Standard_[A-Z]+\d+(-\d+)?[a-z]*s[a-z]*(_|$)")
+
+
 # file → (extra arguments, what the plan must show)
 ACCEPTED: dict[str, tuple[list[str], Callable[[Plan], bool]]] = {
     "infra_cloud.yaml": ([], lambda p: _clouds(p) == {"aws"} and len(_regions(p)) > 1),
@@ -57,6 +62,18 @@ ACCEPTED: dict[str, tuple[list[str], Callable[[Plan], bool]]] = {
     "envs_required.yaml": (["--env", "HF_TOKEN=hf_x", "--env", "MODEL=llama"],
                            lambda p: _clouds(p) == {"local"}),
     "envs_in_file_mounts.yaml": ([], lambda p: _clouds(p) == {"local"}),
+    "disk_network_tiers.yaml": ([], lambda p: _clouds(p) == {"azure"} and all(
+        _AZURE_PREMIUM.match(c["instance_type"]) for c in p)),
+    "max_hourly_cost.yaml": ([], lambda p: _clouds(p) == {"aws"} and all(
+        c["price_per_node"] <= 0.2 for c in p) and min(c["cpus"] for c in p) >= 4),
+    "labels.yaml": ([], lambda p: {"aws", "gcp", "azure"} <= _clouds(p)),
+    "autostop_forms.yaml": ([], lambda p: bool(p)),
+    "image_id_per_region.yaml": ([], lambda p: (_clouds(p), _regions(p))
+                                 == ({"aws"}, {"us-east-1", "us-west-2"})),
+    "accelerators_set_any_of.yaml": ([], lambda p: {
+        (c["cloud"], *c["accelerators"]) for c in p} == {
+        ("aws", "L4"), ("aws", "T4"), ("gcp", "L4"), ("gcp", "T4")}),
+    "sizes_with_units.yaml": ([], lambda p: all(c["memory_gb"] >= 64 for c in p)),
 }
 
 # file → (extra arguments, what stderr must say)
@@ -77,14 +94,26 @@ REFUSED: dict[str, tuple[list[str], list[str]]] = {
                           "--secret HF_TOKEN=VALUE"]),
     "unsupported_resources.yaml": ([], [
         f"{field}: SkyPilot field {field} is not supported by orch" for field in (
-            "config", "resources.disk_tier", "resources.network_tier",
-            "resources.max_hourly_cost", "resources.labels", "resources.accelerator_args",
-            "resources.autostop")]),
+            "config", "resources.accelerator_args")]),
+    "autostop_hook.yaml": ([], ["resources.autostop: SkyPilot field resources.autostop.hook "
+                                "is not supported by orch"]),
+    "disk_tier_ultra_azure.yaml": ([], ["azure: no instance type that fits boots from "
+                                        "disk_tier ultra"]),
+    "max_hourly_cost_too_low.yaml": ([], ["above max_hourly_cost $1"]),
+    "labels_bad_for_gcp.yaml": ([], ["resources.labels: label 'Project': GCP label keys",
+                                     "with no cloud named"]),
     "infra_cloud.yaml": (["--infra", "k8s/my-context"], ["--infra", "not supported by orch"]),
     "infra_region.yaml": (["--infra", "aws", "--cloud", "gcp"],
                           ["--infra aws disagrees with --cloud gcp"]),
 }
 
+
+# pipelines, through `orch jobs launch --dryrun --json`: file → what each task's plan shows
+PIPELINES: dict[str, Callable[[list[dict[str, Any]]], bool]] = {
+    "job_recovery_forms.yaml": lambda tasks: [t["name"] for t in tasks] == ["first", "second"]
+    and all(_clouds(t["candidates"]) == {"aws"} for t in tasks)
+    and all(c["use_spot"] for c in tasks[1]["candidates"]),
+}
 
 def dryrun(home: Path, name: str, *args: str,
            command: tuple[str, ...] = ("launch", "--dryrun", "--json")
@@ -103,7 +132,7 @@ def dryrun(home: Path, name: str, *args: str,
 
 def test_every_yaml_here_is_checked_and_names_what_it_mirrors() -> None:
     files = sorted(p.name for p in HERE.glob("*.yaml"))
-    assert set(files) == set(ACCEPTED) | set(REFUSED)
+    assert set(files) == set(ACCEPTED) | set(REFUSED) | set(PIPELINES)
     for name in files:
         first = (HERE / name).read_text().splitlines()[0]
         assert first.startswith("# Mirrors "), name
@@ -128,6 +157,21 @@ def test_a_refused_form_exits_2_with_its_message(name: str, tmp_path: Path) -> N
         assert text in message, message
     assert "unknown field" not in message and "did you mean" not in message.replace(
         "did you mean 'aws'?", "")
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_a_pipeline_plans_every_task_without_a_control_plane(name: str, tmp_path: Path
+                                                             ) -> None:
+    result = dryrun(tmp_path, name, command=("jobs", "launch", "--dryrun", "--json"))
+    assert result.returncode == 0, result.stderr
+    tasks = json.loads(result.stdout)
+    assert PIPELINES[name](tasks), json.dumps(tasks, indent=1)[:2000]
+
+
+def test_a_pipeline_dry_run_blames_the_task_it_cannot_plan(tmp_path: Path) -> None:
+    result = dryrun(tmp_path, "job_recovery_forms.yaml", "--gpus", "Z100:1",
+                    command=("jobs", "launch", "--dryrun"))
+    assert result.returncode == 2 and "task[0]: " in result.stderr, result.stderr
 
 
 def test_an_env_file_gives_the_required_envs(tmp_path: Path) -> None:
