@@ -26,7 +26,8 @@ from orch.status import ClusterStatus, JobStatus
 
 # Options shared by launch and exec (they override the task YAML).
 Infra = Annotated[str | None, typer.Option(
-    "--infra", help="CLOUD[/REGION[/ZONE]], * for any part: aws, gcp/us-central1, */us-east-1.")]
+    "--infra", help="CLOUD, CLOUD/REGION or CLOUD/REGION/ZONE; * for any part: aws, "
+    "gcp/us-central1, */us-east-1.")]
 Cloud = Annotated[str | None, typer.Option("--cloud", help="local, aws, gcp or azure.")]
 Region = Annotated[str | None, typer.Option("--region")]
 Zone = Annotated[str | None, typer.Option("--zone")]
@@ -42,6 +43,15 @@ EnvFile = Annotated[str | None, typer.Option(
 SecretFlag = Annotated[list[str] | None, typer.Option(
     "--secret", help="K=V (or K: taken from your env); shown as <redacted>.")]
 Workdir = Annotated[str | None, typer.Option("--workdir")]
+DiskSize = Annotated[str | None, typer.Option(
+    "--disk-size", help="OS disk in GB, or with a unit: 256GB, 1TB.")]
+DiskTierFlag = Annotated[str | None, typer.Option(
+    "--disk-tier", help="low, medium, high, ultra or best.")]
+NetworkTierFlag = Annotated[str | None, typer.Option(
+    "--network-tier", help="standard or best.")]
+ImageId = Annotated[str | None, typer.Option("--image-id", help="The image to boot.")]
+Ports = Annotated[list[str] | None, typer.Option(
+    "--ports", help="A port or range to open, e.g. 8080 or 10000-10010; repeat for more.")]
 Detach = Annotated[bool, typer.Option("--detach-run", "-d", help="Do not follow the output.")]
 
 
@@ -75,6 +85,8 @@ def launch(
     gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
     env: Env = None, env_file: EnvFile = None, secret: SecretFlag = None,
     workdir: Workdir = None, detach_run: Detach = False,
+    disk_size: DiskSize = None, disk_tier: DiskTierFlag = None,
+    network_tier: NetworkTierFlag = None, image_id: ImageId = None, ports: Ports = None,
     name: Annotated[str | None, typer.Option("--name", "-n", help="The task's name.")] = None,
     dryrun: Annotated[bool, typer.Option(
         "--dryrun", help="Show the plan (candidates, cheapest first) and launch nothing.")] = False,
@@ -91,7 +103,9 @@ def launch(
     task = parse_task(entrypoint, name=name, infra=infra, cloud=cloud, region=region,
                       zone=zone, instance_type=instance_type, cpus=cpus, memory=memory,
                       gpus=gpus, num_nodes=num_nodes, use_spot=use_spot, env=env,
-                      env_file=env_file, workdir=workdir, secret=secret)
+                      env_file=env_file, workdir=workdir, secret=secret,
+                      disk_size=disk_size, disk_tier=disk_tier, network_tier=network_tier,
+                      image_id=image_id, ports=ports)
     if dryrun:
         show_plan(task, as_json)
         return
@@ -130,13 +144,17 @@ def exec_(
     gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
     env: Env = None, env_file: EnvFile = None, secret: SecretFlag = None,
     workdir: Workdir = None, detach_run: Detach = False,
+    disk_size: DiskSize = None, disk_tier: DiskTierFlag = None,
+    network_tier: NetworkTierFlag = None, image_id: ImageId = None, ports: Ports = None,
     name: Annotated[str | None, typer.Option("--name", "-n")] = None,
 ) -> None:
     """Run a task on an UP cluster (no provisioning, no setup)."""
     task = parse_task(entrypoint, name=name, infra=infra, cloud=cloud, region=region,
                       zone=zone, instance_type=instance_type, cpus=cpus, memory=memory,
                       gpus=gpus, num_nodes=num_nodes, use_spot=use_spot, env=env,
-                      env_file=env_file, workdir=workdir, secret=secret)
+                      env_file=env_file, workdir=workdir, secret=secret,
+                      disk_size=disk_size, disk_tier=disk_tier, network_tier=network_tier,
+                      image_id=image_id, ports=ports)
 
     async def go(client: Client) -> None:
         job_id = await client.exec(cluster, task)

@@ -17,13 +17,18 @@ from cli.clusters import (
     Cloud,
     Cpus,
     Detach,
+    DiskSize,
+    DiskTierFlag,
     Env,
     EnvFile,
     Gpus,
+    ImageId,
     Infra,
     InstanceType,
     Memory,
+    NetworkTierFlag,
     NumNodes,
+    Ports,
     Region,
     SecretFlag,
     UseSpot,
@@ -119,6 +124,8 @@ def launch(
     gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
     env: Env = None, env_file: EnvFile = None, secret: SecretFlag = None,
     workdir: Workdir = None, detach_run: Detach = False,
+    disk_size: DiskSize = None, disk_tier: DiskTierFlag = None,
+    network_tier: NetworkTierFlag = None, image_id: ImageId = None, ports: Ports = None,
     dryrun: Annotated[bool, typer.Option(
         "--dryrun", help="Show every task's plan and launch nothing (no control plane).")
     ] = False,
@@ -129,7 +136,9 @@ def launch(
     pipeline = _pipeline(entrypoint, infra=infra, cloud=cloud, region=region, zone=zone,
                          instance_type=instance_type, cpus=cpus, memory=memory, gpus=gpus,
                          num_nodes=num_nodes, use_spot=use_spot, env=env, env_file=env_file,
-                         workdir=workdir, secret=secret)
+                         workdir=workdir, secret=secret, disk_size=disk_size,
+                         disk_tier=disk_tier, network_tier=network_tier, image_id=image_id,
+                         ports=ports)
     if dryrun:
         _show_plans(pipeline, as_json)
         return

@@ -28,6 +28,11 @@ class Overrides(BaseModel):
     gpus: str | None = None
     num_nodes: int | None = None
     use_spot: bool | None = None
+    disk_size: str | None = None
+    disk_tier: str | None = None
+    network_tier: str | None = None
+    image_id: str | None = None
+    ports: list[str] | None = None
     envs: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, Secret] = Field(default_factory=dict)
     workdir: str | None = None
@@ -40,7 +45,8 @@ def apply_overrides(task: Task, overrides: Overrides, source: str = "command lin
     if overrides.infra is not None:  # the whole place, as SkyPilot's --infra
         resources = {k: v for k, v in resources.items() if k not in ("cloud", "region", "zone")}
         resources["infra"] = overrides.infra
-    for key in ("cloud", "region", "zone", "instance_type", "cpus", "memory", "use_spot"):
+    for key in ("cloud", "region", "zone", "instance_type", "cpus", "memory", "use_spot",
+                "disk_size", "disk_tier", "network_tier", "image_id", "ports"):
         value = getattr(overrides, key)
         if value is not None:
             resources[key] = value

@@ -74,6 +74,14 @@ ACCEPTED: dict[str, tuple[list[str], Callable[[Plan], bool]]] = {
         (c["cloud"], *c["accelerators"]) for c in p} == {
         ("aws", "L4"), ("aws", "T4"), ("gcp", "L4"), ("gcp", "T4")}),
     "sizes_with_units.yaml": ([], lambda p: all(c["memory_gb"] >= 64 for c in p)),
+    "legacy_cloud_region.yaml": ([], lambda p: (_clouds(p), _regions(p)) == (
+        {"aws"}, {"us-east-1"}) and all(c["zones"] == ["us-east-1b"] for c in p)),
+    "accelerators_list.yaml": ([], lambda p: [next(iter(c["accelerators"])) for c in p][0]
+                               == "L4" and {next(iter(c["accelerators"])) for c in p}
+                               == {"L4", "T4"}),
+    "instance_type_spot_ports.yaml": ([], lambda p: {(c["instance_type"], c["use_spot"],
+                                                      c["num_nodes"]) for c in p}
+                                      == {("m6i.xlarge", True, 2)}),
 }
 
 # file → (extra arguments, what stderr must say)
@@ -102,11 +110,65 @@ REFUSED: dict[str, tuple[list[str], list[str]]] = {
     "max_hourly_cost_too_low.yaml": ([], ["above max_hourly_cost $1"]),
     "labels_bad_for_gcp.yaml": ([], ["resources.labels: label 'Project': GCP label keys",
                                      "with no cloud named"]),
+    "volumes.yaml": ([], ["volumes: SkyPilot field volumes is not supported by orch"]),
     "infra_cloud.yaml": (["--infra", "k8s/my-context"], ["--infra", "not supported by orch"]),
     "infra_region.yaml": (["--infra", "aws", "--cloud", "gcp"],
                           ["--infra aws disagrees with --cloud gcp"]),
 }
 
+
+LAUNCH = ("launch", "--dryrun", "--json")
+JOBS = ("jobs", "launch", "--dryrun", "--json")
+# SkyPilot's CLI flags: flag → (command, YAML, arguments, what the plan shows or None when
+# the flag is refused; a refused flag's message is "SkyPilot flag X is not supported").
+FLAGS: dict[str, tuple[tuple[str, ...], str, list[str], Callable[[Plan], bool] | None]] = {
+    "--infra": (LAUNCH, "default_resources.yaml", ["--infra", "gcp/us-central1"],
+                lambda p: (_clouds(p), _regions(p)) == ({"gcp"}, {"us-central1"})),
+    "--cloud": (LAUNCH, "default_resources.yaml", ["--cloud", "azure"],
+                lambda p: _clouds(p) == {"azure"}),
+    "--region": (LAUNCH, "infra_cloud.yaml", ["--region", "eu-west-1"],
+                 lambda p: _regions(p) == {"eu-west-1"}),
+    "--zone": (LAUNCH, "infra_cloud.yaml", ["--zone", "us-east-1c"],
+               lambda p: all(c["zones"] == ["us-east-1c"] for c in p)),
+    "--instance-type": (LAUNCH, "infra_cloud.yaml", ["-t", "c6i.2xlarge"],
+                        lambda p: {c["instance_type"] for c in p} == {"c6i.2xlarge"}),
+    "--cpus": (LAUNCH, "infra_cloud.yaml", ["--cpus", "16+"],
+               lambda p: min(c["cpus"] for c in p) >= 16),
+    "--memory": (LAUNCH, "infra_cloud.yaml", ["--memory", "128+"],
+                 lambda p: min(c["memory_gb"] for c in p) >= 128),
+    "--gpus": (LAUNCH, "infra_cloud.yaml", ["--gpus", "A100:8"],
+               lambda p: {tuple(c["accelerators"].items()) for c in p} == {(("A100", 8),)}),
+    "--num-nodes": (LAUNCH, "infra_cloud.yaml", ["--num-nodes", "3"],
+                    lambda p: {c["num_nodes"] for c in p} == {3}),
+    "--use-spot": (LAUNCH, "infra_cloud.yaml", ["--use-spot"],
+                   lambda p: all(c["use_spot"] for c in p)),
+    "--disk-size": (LAUNCH, "infra_cloud.yaml", ["--disk-size", "1TB"], bool),
+    "--disk-tier": (LAUNCH, "default_resources.yaml", ["--disk-tier", "ultra"],
+                    lambda p: "azure" not in _clouds(p) and bool(p)),
+    "--network-tier": (LAUNCH, "infra_cloud.yaml", ["--network-tier", "best"], bool),
+    "--image-id": (LAUNCH, "infra_cloud.yaml", ["--image-id", "ami-0868a20f5a3bf9702"], bool),
+    "--ports": (LAUNCH, "infra_cloud.yaml", ["--ports", "8080", "--ports", "9000-9010"], bool),
+    "--env": (LAUNCH, "envs_required.yaml", ["--env", "HF_TOKEN=x", "--env", "MODEL=m"],
+              bool),
+    "--env-file": (LAUNCH, "envs_required.yaml", ["--env-file", "required.env"], bool),
+    "--secret": (LAUNCH, "secrets.yaml", ["--secret", "HF_TOKEN=x", "--secret",
+                                          "WANDB_API_KEY=y"],
+                 lambda p: p[0]["secrets"] == {"HF_TOKEN": "<redacted>",
+                                               "WANDB_API_KEY": "<redacted>"}),
+    "--workdir": (LAUNCH, "default_resources.yaml", ["--workdir", "."], bool),
+    "--name": (LAUNCH, "default_resources.yaml", ["-n", "renamed"], bool),
+    "--cluster": (LAUNCH, "default_resources.yaml", ["-c", "my-cluster"], bool),
+    "--idle-minutes-to-autostop": (LAUNCH, "default_resources.yaml", ["-i", "10", "--down"],
+                                   bool),
+    "--retry-until-up": (LAUNCH, "default_resources.yaml", ["--retry-until-up"], bool),
+    "--detach-run": (LAUNCH, "default_resources.yaml", ["-d", "-y"], bool),
+    "jobs launch --name": (JOBS, "job_recovery_forms.yaml", ["-n", "renamed"], bool),
+    **{flag: (("launch",), "default_resources.yaml", [flag], None)
+       for flag in ("--no-setup", "--fast", "--clone-disk-from", "--async", "--config",
+                    "--git-url", "--git-ref")},
+    "jobs launch --pool": (("jobs", "launch"), "default_resources.yaml", ["--pool"], None),
+    "exec --async": (("exec", "c1"), "default_resources.yaml", ["--async"], None),
+}
 
 # pipelines, through `orch jobs launch --dryrun --json`: file → what each task's plan shows
 PIPELINES: dict[str, Callable[[list[dict[str, Any]]], bool]] = {
@@ -159,6 +221,22 @@ def test_a_refused_form_exits_2_with_its_message(name: str, tmp_path: Path) -> N
         "did you mean 'aws'?", "")
 
 
+@pytest.mark.parametrize("flag", sorted(FLAGS))
+def test_a_skypilot_flag_is_taken_or_refused_by_name(flag: str, tmp_path: Path) -> None:
+    command, name, args, check = FLAGS[flag]
+    result = dryrun(tmp_path, name, *args, command=command)
+    if check is None:
+        shown = flag.split()[-1]
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert f"SkyPilot flag {shown} is not supported by orch" in " ".join(
+            result.stderr.split())
+        return
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    plan = plan[0]["candidates"] if command == JOBS else plan
+    assert plan and check(plan), json.dumps(plan[:3], indent=1)
+
+
 @pytest.mark.parametrize("name", sorted(PIPELINES))
 def test_a_pipeline_plans_every_task_without_a_control_plane(name: str, tmp_path: Path
                                                              ) -> None:
@@ -189,3 +267,19 @@ def test_jobs_launch_takes_the_same_flags_and_checks_them_before_starting(
     result = dryrun(tmp_path, "envs_required.yaml", "--env-file", "required.env",
                     "--infra", "aws/nowhere-1", "-y", command=("jobs", "launch"))
     assert result.returncode == 2 and "unknown region 'nowhere-1'" in result.stderr
+
+
+RESOURCE_FLAGS = ("--infra", "--cloud", "--region", "--zone", "--instance-type", "--cpus",
+                  "--memory", "--gpus", "--num-nodes", "--use-spot", "--disk-size",
+                  "--disk-tier", "--network-tier", "--image-id", "--ports", "--env",
+                  "--env-file", "--secret", "--workdir")
+
+
+@pytest.mark.parametrize("command", [("exec",), ("jobs", "launch")])
+def test_exec_and_jobs_launch_take_the_resource_flags_of_launch(command: tuple[str, ...]
+                                                                ) -> None:
+    shown = subprocess.run([ORCH, *command, "--help"], capture_output=True, text=True,
+                           env={**os.environ, "COLUMNS": "200"}, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    missing = [flag for flag in RESOURCE_FLAGS if flag not in shown.stdout]
+    assert not missing, missing
