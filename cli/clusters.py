@@ -12,12 +12,12 @@ import typer
 from cli import display
 from cli.app import AsJson, Yes, app, console, err_console, fail, run, settings
 from cli.tasks import overrides_from_flags, task_source, written_task_from_args
-from orch.check import check_clouds
+from orch.check import CloudCheck, check_clouds
 from orch.client import Client, ClusterSummary, OrchError
 from orch.client.managed_jobs import ManagedJobs
+from orch.failover_rules import Candidate
 from orch.lifecycle import Autostop
 from orch.managed_jobs import JobSummary
-from orch.optimizer import Candidate
 from orch.runtime.jobs import JobRecord
 from orch.secret import redacted
 from orch.spec import SpecError, Task
@@ -27,7 +27,8 @@ from orch.status import ClusterStatus, JobStatus
 
 # Options shared by launch and exec (they override the task YAML).
 Infra = Annotated[str | None, typer.Option(
-    "--infra", help="CLOUD[/REGION[/ZONE]], * for any part: aws, gcp/us-central1, */us-east-1.")]
+    "--infra", help="CLOUD, CLOUD/REGION or CLOUD/REGION/ZONE; * for any part: aws, "
+    "gcp/us-central1, */us-east-1.")]
 Cloud = Annotated[str | None, typer.Option("--cloud", help="local, aws, gcp or azure.")]
 Region = Annotated[str | None, typer.Option("--region")]
 Zone = Annotated[str | None, typer.Option("--zone")]
@@ -43,6 +44,15 @@ EnvFile = Annotated[str | None, typer.Option(
 SecretFlag = Annotated[list[str] | None, typer.Option(
     "--secret", help="K=V (or K: taken from your env); shown as <redacted>.")]
 Workdir = Annotated[str | None, typer.Option("--workdir")]
+DiskSize = Annotated[str | None, typer.Option(
+    "--disk-size", help="OS disk in GB, or with a unit: 256GB, 1TB.")]
+DiskTierFlag = Annotated[str | None, typer.Option(
+    "--disk-tier", help="low, medium, high, ultra or best.")]
+NetworkTierFlag = Annotated[str | None, typer.Option(
+    "--network-tier", help="standard or best.")]
+ImageId = Annotated[str | None, typer.Option("--image-id", help="The image to boot.")]
+Ports = Annotated[list[str] | None, typer.Option(
+    "--ports", help="A port or range to open, e.g. 8080 or 10000-10010; repeat for more.")]
 Detach = Annotated[bool, typer.Option("--detach-run", "-d", help="Do not follow the output.")]
 
 
@@ -60,14 +70,15 @@ def parse_task_args(entrypoint: str | None, **flags: Any) -> tuple[Task, Task, O
         raise fail(str(err), code=2) from None
 
 
-def planned(entrypoint: str | None, task: Task, written: Task,
-            overrides: Overrides) -> list[Candidate]:
+def planned(entrypoint: str | None, task: Task, written: Task | None = None,
+            overrides: Overrides | None = None, prefix: str = "") -> list[Candidate]:
     """The task's candidates; a name the catalog does not know exits 2, naming the file
-    and field (or the flag) it came from, before anything starts."""
+    and field (``prefix``: the task of a pipeline) or the flag it came from, before
+    anything starts."""
     config = settings()
     try:
         return checked_plan(task, task_source(entrypoint), flags=overrides, written=written,
-                            allowed_clouds=config.allowed_clouds,
+                            prefix=prefix, allowed_clouds=config.allowed_clouds,
                             default_regions=config.default_regions())
     except SpecError as err:
         raise fail(str(err), code=2) from None
@@ -96,6 +107,8 @@ def launch(
     gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
     env: Env = None, env_file: EnvFile = None, secret: SecretFlag = None,
     workdir: Workdir = None, detach_run: Detach = False,
+    disk_size: DiskSize = None, disk_tier: DiskTierFlag = None,
+    network_tier: NetworkTierFlag = None, image_id: ImageId = None, ports: Ports = None,
     name: Annotated[str | None, typer.Option("--name", "-n", help="The task's name.")] = None,
     dryrun: Annotated[bool, typer.Option(
         "--dryrun", help="Show the plan (candidates, cheapest first) and launch nothing.")] = False,
@@ -112,7 +125,9 @@ def launch(
     task, written, overrides = parse_task_args(
         entrypoint, name=name, infra=infra, cloud=cloud, region=region, zone=zone,
         instance_type=instance_type, cpus=cpus, memory=memory, gpus=gpus, num_nodes=num_nodes,
-        use_spot=use_spot, env=env, env_file=env_file, workdir=workdir, secret=secret)
+        use_spot=use_spot, env=env, env_file=env_file, workdir=workdir, secret=secret,
+        disk_size=disk_size, disk_tier=disk_tier, network_tier=network_tier,
+        image_id=image_id, ports=ports)
     candidates = planned(entrypoint, task, written, overrides)
     if dryrun:
         show_plan(task, candidates, as_json)
@@ -152,13 +167,17 @@ def exec_(
     gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
     env: Env = None, env_file: EnvFile = None, secret: SecretFlag = None,
     workdir: Workdir = None, detach_run: Detach = False,
+    disk_size: DiskSize = None, disk_tier: DiskTierFlag = None,
+    network_tier: NetworkTierFlag = None, image_id: ImageId = None, ports: Ports = None,
     name: Annotated[str | None, typer.Option("--name", "-n")] = None,
 ) -> None:
     """Run a task on an UP cluster (no provisioning, no setup)."""
     task = parse_task(entrypoint, name=name, infra=infra, cloud=cloud, region=region,
                       zone=zone, instance_type=instance_type, cpus=cpus, memory=memory,
                       gpus=gpus, num_nodes=num_nodes, use_spot=use_spot, env=env,
-                      env_file=env_file, workdir=workdir, secret=secret)
+                      env_file=env_file, workdir=workdir, secret=secret,
+                      disk_size=disk_size, disk_tier=disk_tier, network_tier=network_tier,
+                      image_id=image_id, ports=ports)
 
     async def go(client: Client) -> None:
         job_id = await client.exec(cluster, task)
@@ -169,9 +188,14 @@ def exec_(
     run(go)
 
 
+def checked(candidates: list[Candidate]) -> list[CloudCheck]:
+    """The credential checks of the clouds ``candidates`` are on."""
+    return check_clouds(tuple(sorted({c.cloud for c in candidates})))
+
+
 def show_plan(task: Task, candidates: list[Candidate], as_json: bool) -> None:
-    """The optimizer's candidates over every cloud in the catalog, marked usable or not."""
-    checks = check_clouds(tuple(sorted({c.cloud for c in candidates})))
+    """The plan of one task, marked usable or not."""
+    checks = checked(candidates)
     secrets = redacted(task.secrets)
     if as_json:
         print(json.dumps(display.plan_json(candidates, {c.cloud: c.ok for c in checks},

@@ -76,17 +76,23 @@ def overrides_from_flags(
     region: str | None, zone: str | None, instance_type: str | None, cpus: str | None,
     memory: str | None, gpus: str | None, num_nodes: int | None, use_spot: bool | None,
     env: list[str] | None, env_file: str | None = None, workdir: str | None = None,
-    secret: list[str] | None = None,
+    secret: list[str] | None = None, disk_size: str | None = None,
+    disk_tier: str | None = None, network_tier: str | None = None,
+    image_id: str | None = None, ports: list[str] | None = None,
 ) -> Overrides:
     """The flags, checked on their own first (a mistake in one is blamed on the flag)."""
     check_infra_flag(infra, cloud=cloud, region=region, zone=zone)
-    check_resource_flags(cpus=cpus, memory=memory, gpus=gpus, num_nodes=num_nodes,
-                         workdir=workdir)
+    check_resource_flags({"--cpus": cpus, "--memory": memory, "--gpus": gpus,
+                          "--disk-size": disk_size, "--disk-tier": disk_tier,
+                          "--network-tier": network_tier, "--ports": ports or None,
+                          "--image-id": image_id}, num_nodes=num_nodes, workdir=workdir)
     envs = {**(parse_env_file(env_file) if env_file else {}), **parse_env_flags(env or [])}
     return Overrides(
         name=name, infra=infra, cloud=cloud, region=region, zone=zone,
         instance_type=instance_type, cpus=cpus, memory=memory, gpus=gpus,
         num_nodes=num_nodes, use_spot=use_spot, envs=envs, workdir=workdir,
+        disk_size=disk_size, disk_tier=disk_tier, network_tier=network_tier,
+        image_id=image_id, ports=ports or None,
         secrets={name: SecretValue(value)
                  for name, value in parse_env_flags(secret or [], source="--secret").items()},
     )

@@ -6,14 +6,15 @@ its secrets."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orch.local_paths import DIRECTORY, path_kind
 from orch.secret import Secret
-from orch.spec import SpecError, Task, parse_task
+from orch.spec import Resources, SpecError, Task, describe_error, parse_task
 from orch.spec_infra import conflicts, parse_infra
-from orch.spec_values import MAX_NODES, number_or_plus, parse_accelerators
+from orch.spec_values import MAX_NODES
 
 
 class Overrides(BaseModel):
@@ -32,6 +33,11 @@ class Overrides(BaseModel):
     gpus: str | None = None
     num_nodes: int | None = None
     use_spot: bool | None = None
+    disk_size: str | None = None
+    disk_tier: str | None = None
+    network_tier: str | None = None
+    image_id: str | None = None
+    ports: list[str] | None = None
     envs: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, Secret] = Field(default_factory=dict)
     workdir: str | None = None
@@ -44,7 +50,8 @@ def apply_overrides(task: Task, overrides: Overrides, source: str = "command lin
     if overrides.infra is not None:  # the whole place, as SkyPilot's --infra
         resources = {k: v for k, v in resources.items() if k not in ("cloud", "region", "zone")}
         resources["infra"] = overrides.infra
-    for key in ("cloud", "region", "zone", "instance_type", "cpus", "memory", "use_spot"):
+    for key in ("cloud", "region", "zone", "instance_type", "cpus", "memory", "use_spot",
+                "disk_size", "disk_tier", "network_tier", "image_id", "ports"):
         value = getattr(overrides, key)
         if value is not None:
             resources[key] = value
@@ -79,22 +86,25 @@ def check_infra_flag(infra: str | None, **flags: str | None) -> None:
         raise SpecError("--infra", [("", f"--infra {infra} disagrees with {given}")])
 
 
-def check_resource_flags(*, cpus: str | None = None, memory: str | None = None,
-                         gpus: str | None = None, num_nodes: int | None = None,
+# The flags that set one resources field, checked by that field's own validator.
+_FLAG_FIELDS = {"--cpus": "cpus", "--memory": "memory", "--gpus": "accelerators",
+                "--disk-size": "disk_size", "--disk-tier": "disk_tier",
+                "--network-tier": "network_tier", "--ports": "ports", "--image-id": "image_id"}
+
+
+def check_resource_flags(values: Mapping[str, object], *, num_nodes: int | None = None,
                          workdir: str | None = None) -> None:
-    """``--cpus``, ``--memory``, ``--gpus``, ``--num-nodes`` and ``--workdir`` are well
-    formed: checked before any file is read, so a mistake is blamed on the flag, not on
-    the task YAML."""
-    checks = (("--cpus", cpus, lambda v: number_or_plus(v, "cpus")),
-              ("--memory", memory, lambda v: number_or_plus(v, "memory")),
-              ("--gpus", gpus, parse_accelerators))
-    for flag, value, check in checks:
+    """The flags of ``values`` (``{"--cpus": "4+", …}``, None: not given), ``--num-nodes``
+    and ``--workdir`` are well formed: checked before any file is read, so a mistake is
+    blamed on the flag, not on the task YAML."""
+    for flag, value in values.items():
         if value is None:
             continue
         try:
-            check(value)
-        except ValueError as exc:
-            raise SpecError(flag, [("", str(exc))]) from None
+            Resources.model_validate({_FLAG_FIELDS[flag]: value})
+        except ValidationError as exc:
+            _, message = describe_error(dict(exc.errors()[0]), lambda loc: [])
+            raise SpecError(flag, [("", message)]) from None
     if num_nodes is not None and not 1 <= num_nodes <= MAX_NODES:
         raise SpecError("--num-nodes", [("", f"expected 1 to {MAX_NODES}, got {num_nodes}")])
     if workdir is not None and path_kind(os.path.expanduser(workdir)) != DIRECTORY:

@@ -41,7 +41,8 @@ with workflow.unsafe.imports_passed_through():
     from orch.clouds.errors import BlockScope
     from orch.failover_rules import Blocklist, Candidate, FailoverAttempt, record_failure
     from orch.records import FAILOVER_WORKFLOW, PROGRESS_SIGNAL, LaunchProgress, Placement
-    from orch.spec import Task
+    from orch.spec import Resources, Task
+    from orch.spec_resource_fields import image_for
     from orch.summaries import attempt_phrase, instances_call, provision_call
     from workflows.options import (
         CLOUD_CALL,
@@ -53,6 +54,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows.permits import acquire_permit
 
 RETRY_ROUND_S = (30, 60, 120, 300)  # sleeps between rounds of --retry-until-up
+
+
+def _resources_of(task: Task, candidate: Candidate) -> Resources:
+    """The resources ``candidate`` was planned for: its ``any_of``/``ordered`` choice (with
+    that choice's image, disk, labels and ports), or the task's own."""
+    choices = task.resources.alternatives()
+    return choices[candidate.alternative] if candidate.alternative < len(choices) else choices[0]
 
 
 class FailoverInput(BaseModel):
@@ -150,6 +158,7 @@ class FailoverWorkflow:
     ) -> FailoverOutput | None:
         """Try each unblocked zone of ``candidate``; None when every zone failed."""
         zones: list[str | None] = list(candidate.zones) or [None]
+        resources = _resources_of(request.task, candidate)
         for zone in zones:
             if self.blocklist.blocks(candidate.cloud, candidate.region, zone,
                                      candidate.instance_type, candidate.use_spot):
@@ -169,9 +178,12 @@ class FailoverWorkflow:
                 instance_type=candidate.instance_type,
                 accelerators=candidate.accelerators,
                 use_spot=candidate.use_spot,
-                disk_size=request.task.resources.disk_size,
-                image_id=request.task.resources.image_id,
-                ports=request.task.resources.ports,
+                disk_size=resources.disk_size,
+                disk_tier=resources.disk_tier,
+                network_tier=resources.network_tier,
+                labels=resources.labels,
+                image_id=image_for(resources.image_id, candidate.region),
+                ports=resources.ports,
                 idempotency_token=f"{workflow.info().workflow_id}/{len(self.history)}",
                 ssh_public_key=request.ssh_public_key,
                 cpus=candidate.cpus,

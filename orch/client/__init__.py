@@ -264,8 +264,10 @@ class Client:
     @staticmethod
     def launch_request(task: Task, *, retry_until_up: bool, autostop: Autostop | None,
                        new_cluster: bool) -> LaunchRequest:
-        """A cluster the launch creates gets the config's default autostop unless one is
-        given; a reused cluster keeps its own setting (``orch autostop`` may have set it)."""
+        """The autostop given (the -i flags), else the task's ``resources.autostop``, as
+        SkyPilot does; a cluster the launch creates gets the config's default when neither
+        says one; a reused cluster otherwise keeps its own (``orch autostop`` may have set it)."""
+        autostop = autostop or task.resources.autostop
         if new_cluster:
             autostop = load_settings().launch_autostop(autostop)
         return LaunchRequest(task=task, retry_until_up=retry_until_up, autostop=autostop)

@@ -47,6 +47,9 @@ VALID: list[dict[str, Any]] = [
                    "cpus": 2}},
     {"resources": {"accelerators": ["V100", "T4"], "job_recovery": "failover"}},
     {"resources": {"instance_type": "m5.large", "image_id": "ami-123"}, "secrets": {"T": "x"}},
+    {"resources": {"cloud": "aws", "disk_size": "512GB", "disk_tier": "high",
+                   "network_tier": "best", "labels": {"team": "ml"}, "max_hourly_cost": 5.0,
+                   "autostop": {"idle_minutes": 10, "down": True}, "memory": "32GB+"}},
 ]
 PATHS = [
     "name", "workdir", "num_nodes", "resources", "envs", "envs.A", "secrets", "secrets.S",
@@ -57,7 +60,9 @@ PATHS = [
     "resources.any_of.0", "resources.any_of.0.accelerators", "resources.ordered.1.region",
     "rn", "resource", "resources.cpu", "resources.gpus", "resources.any_of.0.cloud_",
     "resources.disk_tier", "service", "config", "envs.BAD NAME", "file_mounts./x",
-    "file_mounts.~/y", "workdir",
+    "file_mounts.~/y", "workdir", "resources.labels", "resources.labels.team",
+    "resources.autostop", "resources.autostop.idle_minutes", "resources.max_hourly_cost",
+    "resources.network_tier", "resources.image_id.us-east-1", "resources.job_recovery.strategy",
 ]
 WORDS = ["aws", "gcp", "azure", "local", "k8s", "lambda", "*", "aws/*/us-east-1a", "gcp/",
          "us-east-1", "us-east-99", "us-central1-a", "m5.large", "m5.lrage", "p3.2xlarge",
