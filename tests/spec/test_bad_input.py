@@ -198,9 +198,10 @@ def test_a_real_launch_refuses_before_starting_anything(name: str, tmp_path: Pat
     assert result.returncode == 2 and expected[0] in " ".join(result.stderr.split())
 
 
-def test_jobs_launch_names_the_task_of_a_pipeline(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["-y", "--dryrun"])
+def test_jobs_launch_names_the_task_of_a_pipeline(mode: str, tmp_path: Path) -> None:
     _write(tmp_path / "p.yaml", "name: p\n---\nrun: a\n---\nresources:\n  accelerators: A1000\n")
-    result = orch(tmp_path / "home", tmp_path, "jobs", "launch", "-y", "p.yaml")
+    result = orch(tmp_path / "home", tmp_path, "jobs", "launch", mode, "p.yaml")
     message = " ".join(result.stderr.split())
     assert result.returncode == 2
     assert ("p.yaml: invalid task spec task[1].resources.accelerators: unknown accelerator"
