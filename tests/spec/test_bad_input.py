@@ -220,18 +220,28 @@ def test_show_gpus_takes_a_whole_float_count(tmp_path: Path) -> None:
     assert result.returncode == 0 and '"count": 8' in result.stdout
 
 
-def test_an_unexpected_exception_is_logged_not_shown(tmp_path: Path) -> None:
-    """The real entry point with a command made to fail as a bug would."""
+def _failing_cli(home: Path, exception: str) -> subprocess.CompletedProcess[str]:
+    """The real entry point, with ``orch show-gpus`` made to raise ``exception``."""
     script = ("import sys, cli.main, cli.catalog\n"
               "def boom(*args, **kwargs):\n"
-              "    raise RuntimeError('the catalog exploded')\n"
+              f"    raise {exception}\n"
               "cli.catalog.list_accelerators = boom\n"
               "sys.argv = ['orch', 'show-gpus', 'A100']\n"
               "cli.main.main()\n")
-    home = tmp_path / "home"
     env = {**os.environ, "ORCH_HOME": str(home)}
-    result = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", script], env=env, cwd=home.parent,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_an_interrupt_outside_a_command_is_a_line_not_a_traceback(tmp_path: Path) -> None:
+    result = _failing_cli(tmp_path / "home", "KeyboardInterrupt")  # typer's own handling
+    assert result.returncode == 130 and "Traceback" not in result.stderr + result.stdout
+
+
+def test_an_unexpected_exception_is_logged_not_shown(tmp_path: Path) -> None:
+    """A command made to fail as a bug would."""
+    home = tmp_path / "home"
+    result = _failing_cli(home, "RuntimeError('the catalog exploded')")
     log = home / "logs" / "cli-errors.log"
     assert result.returncode == 1
     assert "Traceback" not in result.stderr + result.stdout
