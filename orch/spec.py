@@ -55,7 +55,7 @@ from orch.spec_unsupported import (
 )
 from orch.spec_values import MAX_DISK_GB, MAX_NODES, number_or_plus, parse_ports
 from orch.spec_values import parse_accelerators as parse_accelerators
-from orch.spec_yaml import load_yaml_file
+from orch.spec_yaml import load_yaml_file, with_lines
 from orch.suggest import suggest
 
 
@@ -490,16 +490,18 @@ def load_pipeline(path: str | Path, envs: Mapping[str, str] | None = None,
     if not documents:
         raise SpecError(source, [("", "the file holds no task")])
     name = None
-    first = documents[0]
+    first = documents[0][0]
     if len(documents) > 1 and isinstance(first, dict) and set(first) == {"name"}:
         name = str(first["name"])
         documents = documents[1:]
     many = len(documents) > 1
-    tasks = [
-        parse_task(doc, source, prefix=f"task[{i}]." if many else "", envs=envs,
-                   secrets=secrets)
-        for i, doc in enumerate(documents)
-    ]
+    tasks = []
+    for i, (doc, lines) in enumerate(documents):
+        prefix = f"task[{i}]." if many else ""
+        try:
+            tasks.append(parse_task(doc, source, prefix=prefix, envs=envs, secrets=secrets))
+        except SpecError as err:  # the same problems, each with the line it is on
+            raise with_lines(err, lines, prefix) from None
     return Pipeline(name=name or tasks[0].name, tasks=tasks)
 
 

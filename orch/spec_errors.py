@@ -3,7 +3,7 @@ that is wrong, and the CLI turns it into exit code 2 without a traceback."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 # A message never grows with the input: a multi-megabyte value or key is cut when quoted.
 MAX_QUOTED = 80
@@ -44,13 +44,17 @@ class SpecError(Exception):
 
     what = "task spec"
 
-    def __init__(self, source: str, problems: list[tuple[str, str]]):
+    def __init__(self, source: str, problems: list[tuple[str, str]],
+                 lines: Mapping[str, int] | None = None):
+        """``lines``: the line of the file each field is on (shown after its message)."""
         self.source = shorten(source, 300)
         self.problems = [(shorten(field, 200), shorten(message, MAX_MESSAGE))
                          for field, message in problems]
-        lines = [f"{self.source}: invalid {self.what}"]
-        lines += [f"  {field}: {message}" if field else f"  {message}"
-                  for field, message in self.problems[:MAX_PROBLEMS]]
+        self.lines = dict(lines or {})
+        shown = [(field, message + (f" (line {self.lines[field]})" if field in self.lines
+                                    else "")) for field, message in self.problems]
+        rendered = [f"  {field}: {message}" if field else f"  {message}"
+                    for field, message in shown[:MAX_PROBLEMS]]
         if len(self.problems) > MAX_PROBLEMS:
-            lines.append(f"  … and {len(self.problems) - MAX_PROBLEMS} more")
-        super().__init__("\n".join(lines))
+            rendered.append(f"  … and {len(self.problems) - MAX_PROBLEMS} more")
+        super().__init__("\n".join([f"{self.source}: invalid {self.what}", *rendered]))

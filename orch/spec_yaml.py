@@ -19,6 +19,7 @@ composed, so the recursive parts only ever see shallow documents.
 from __future__ import annotations
 
 import codecs
+import re
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,12 @@ def decode(data: bytes, source: str) -> str:
 
 def load_documents(text: str, source: str) -> list[Any]:
     """The YAML documents of ``text`` (empty ones dropped), within the limits above."""
+    return [document for document, _ in located_documents(text, source)]
+
+
+def located_documents(text: str, source: str) -> list[tuple[Any, dict[str, int]]]:
+    """Each non-empty document with the line of each key, by field path (``resources.cpus``
+    → 3), for messages that say where a field is written."""
     try:
         _check_depth(text, source)
         loader = _LOADER(text)
@@ -89,22 +96,37 @@ def load_documents(text: str, source: str) -> list[Any]:
             documents = []
             while loader.check_node():
                 node = loader.get_node()
+                lines: dict[str, int] = {}
                 if node is not None:
-                    _check_node(node, source)
-                documents.append(loader.construct_document(node))
+                    _check_node(node, source, lines)
+                documents.append((loader.construct_document(node), lines))
         finally:
             loader.dispose()  # type: ignore[no-untyped-call]
     except yaml.YAMLError as exc:
         raise SpecError(source, [("", f"not valid YAML: {shorten(str(exc), 400)}")]) from None
     except RecursionError:  # a last guard: the limits above should keep it from happening
         raise SpecError(source, [("", "the YAML is nested too deeply")]) from None
-    return [d for d in documents if d is not None]
+    return [(d, lines) for d, lines in documents if d is not None]
 
 
-def load_yaml_file(path: str | Path, source: str | None = None) -> list[Any]:
-    """``read_text`` then ``load_documents``: the documents of a user's YAML file."""
+def load_yaml_file(path: str | Path, source: str | None = None
+                   ) -> list[tuple[Any, dict[str, int]]]:
+    """``read_text`` then ``located_documents``: the documents of a user's YAML file."""
     where = source or str(path)
-    return load_documents(read_text(path, where), where)
+    return located_documents(read_text(path, where), where)
+
+
+def with_lines(err: SpecError, lines: dict[str, int], prefix: str) -> SpecError:
+    """``err`` with the line of each problem whose field (less ``prefix``) or nearest
+    enclosing field is a key of the document."""
+    found = {}
+    for field, _ in err.problems:
+        path = field.removeprefix(prefix)
+        ends = [len(path), *(m.start() for m in reversed(list(re.finditer(r"[.\[]", path))))]
+        line = next((lines[path[:end]] for end in ends if path[:end] in lines), None)
+        if line is not None:
+            found[field] = line
+    return type(err)(err.source, err.problems, lines=found)
 
 
 def _check_depth(text: str, source: str) -> None:
@@ -120,8 +142,9 @@ def _check_depth(text: str, source: str) -> None:
             depth -= 1
 
 
-def _check_node(root: yaml.Node, source: str) -> None:
-    """Duplicate keys, aliases inside themselves, and the size once aliases are expanded."""
+def _check_node(root: yaml.Node, source: str, lines: dict[str, int]) -> None:
+    """Duplicate keys, aliases inside themselves, and the size once aliases are expanded;
+    ``lines`` gets the line of each key, by field path."""
     sizes: dict[int, int] = {}
     active: set[int] = set()
 
@@ -135,7 +158,7 @@ def _check_node(root: yaml.Node, source: str) -> None:
                                                         "the node that contains it")])
         active.add(key)
         total = 1
-        for child, child_path in _children(node, path, source):
+        for child, child_path in _children(node, path, source, lines):
             total += size(child, child_path)
             if total > MAX_VALUES:
                 raise SpecError(source, [(field_path(path), f"more than {MAX_VALUES:,} values "
@@ -147,7 +170,7 @@ def _check_node(root: yaml.Node, source: str) -> None:
     size(root, [])
 
 
-def _children(node: yaml.Node, path: list[str | int], source: str
+def _children(node: yaml.Node, path: list[str | int], source: str, lines: dict[str, int]
               ) -> list[tuple[yaml.Node, list[str | int]]]:
     """The nodes inside ``node`` with their field paths; a key seen twice is refused."""
     if isinstance(node, yaml.SequenceNode):
@@ -167,5 +190,6 @@ def _children(node: yaml.Node, path: list[str | int], source: str
                 raise SpecError(source, [(field_path(child), f"the key {shown!r} is given "
                                                              f"twice (lines {first} and {line})")])
             seen[key.tag, name] = line
+            lines.setdefault(field_path(child), line)
         children += [(key, child), (value, child)]
     return children
