@@ -26,11 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from orch.catalog import CatalogRow, load_catalog
-from orch.catalog.families import (
-    GCP_HOST_FAMILIES,
-    GCP_HOST_MEMORY_PER_CPU,
-    gcp_default_host_cpus,
-)
+from orch.catalog.families import is_default_host
 from orch.failover_rules import Blocklist, Candidate
 from orch.spec import Resources
 
@@ -118,10 +114,8 @@ def _serving_rows(cloud: str, ask: Ask) -> tuple[list[CatalogRow], Why | None]:
         return list(catalog.default_cpu_rows), None
     name, count = ask.accelerator
     rows = list(catalog.accelerator_rows.get((name, count), ()))
-    least = gcp_default_host_cpus(name, count)
-    if cloud == "gcp" and res.cpus is None and res.memory is None and least is not None:
-        rows = [r for r in rows if not r.instance_type.startswith(GCP_HOST_FAMILIES)
-                or (r.vcpus >= least and r.memory_gib >= least * GCP_HOST_MEMORY_PER_CPU)]
+    if res.cpus is None and res.memory is None:
+        rows = [r for r in rows if is_default_host(r)]
     if not rows:
         counts = tuple(sorted(c for n, c in catalog.accelerator_rows if n == name))
         text = (f"{cloud} offers {name} only in counts {counts_text(counts)}" if counts

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from orch.catalog.rows import CatalogRow
+
 # SkyPilot 0.10+'s _DEFAULT_INSTANCE_FAMILY per cloud (sky/catalog/{aws,gcp,azure}_catalog.py):
 # the general-purpose, memory- and compute-optimised families of one recent generation.
 DEFAULT_CPU_FAMILIES: dict[str, frozenset[str]] = {
@@ -93,3 +95,27 @@ GCP_HOST_MAX: dict[str, dict[int, tuple[int, int]]] = {
 def gcp_default_host_cpus(accelerator: str, count: int) -> int | None:
     """The fewest vCPUs of SkyPilot's default N1 host for ``count`` attached GPUs."""
     return GCP_HOST_CPUS.get(accelerator, GCP_HOST_CPUS["DEFAULT"]).get(count)
+
+
+def is_default_host(row: CatalogRow) -> bool:
+    """Whether a GCP GPU row's N1 host is big enough for SkyPilot's default (other rows:
+    always)."""
+    least = gcp_default_host_cpus(row.accelerator_name or "", row.accelerator_count)
+    if row.cloud != "gcp" or least is None or not row.instance_type.startswith(
+            GCP_HOST_FAMILIES):
+        return True
+    return row.vcpus >= least and row.memory_gib >= least * GCP_HOST_MEMORY_PER_CPU
+
+
+def default_hosts(rows: Iterable[CatalogRow]) -> list[CatalogRow]:
+    """``rows`` of one accelerator and count with, per GCP zone, only the cheapest N1 host
+    of SkyPilot's default size (other clouds' rows unchanged)."""
+    kept: list[CatalogRow] = []
+    cheapest: dict[str | None, CatalogRow] = {}
+    for row in rows:
+        if row.cloud != "gcp" or not row.instance_type.startswith(GCP_HOST_FAMILIES):
+            kept.append(row)
+        elif is_default_host(row) and (
+                row.zone not in cheapest or row.price < cheapest[row.zone].price):
+            cheapest[row.zone] = row
+    return kept + list(cheapest.values())

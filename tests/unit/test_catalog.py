@@ -133,8 +133,23 @@ def test_list_accelerators_reports_the_cheapest_zone_of_each_region():
         assert offer.price == min(r.price for r in rows)
         spots = [r.spot_price for r in rows if r.spot_price is not None]
         assert offer.spot_price == (min(spots) if spots else None)
-    assert len(offers) == len({(r.cloud, r.region, r.instance_type) for c in CATALOG_CLOUDS
-                               for r in load_catalog(c).rows if r.accelerator_name == "T4"})
+    listed = {key for key in offers if not (key[0] == "gcp" and key[2].startswith("n1-"))}
+    assert listed == {(r.cloud, r.region, r.instance_type) for c in CATALOG_CLOUDS
+                      for r in load_catalog(c).rows if r.accelerator_name == "T4"
+                      and not (r.cloud == "gcp" and r.instance_type.startswith("n1-"))}
+
+
+def test_gcp_gpus_on_n1_hosts_are_listed_on_skypilots_default_host():
+    # T4:1 -> at least 4 vCPUs and 16 GiB (SkyPilot's _NUM_ACC_TO_NUM_CPU); the catalog
+    # also holds the smaller and bigger hosts a task may size.
+    t4 = [r for r in load_catalog("gcp").accelerator_rows[("T4", 1)]]
+    assert min(r.vcpus for r in t4) < 4 < max(r.vcpus for r in t4)
+    offers = [o for o in list_accelerators("T4:1", clouds=["gcp"])]
+    assert offers and all(o.vcpus >= 4 and o.memory_gib >= 16 for o in offers)
+    for offer in offers:
+        fitting = [r.price for r in t4 if r.region == offer.region
+                   and r.vcpus >= 4 and r.memory_gib >= 16]
+        assert offer.price == min(fitting)
 
 
 def test_list_accelerators_spot_price_skips_zones_without_spot():
