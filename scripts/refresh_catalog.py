@@ -38,11 +38,11 @@ HEADER = [
 
 Row = dict[str, str]
 
-# AWS families kept: current general-purpose, compute and memory optimised families (6th to
-# 8th generation, any processor letter, flex and local-disk variants), t3, and the GPU and
-# ML accelerator families. Bare-metal sizes are left out (orch provisions VMs).
+# AWS families kept: general-purpose, compute and memory optimised families (5th to 8th
+# generation, any processor letter, flex and local-disk variants), t3, and the GPU and ML
+# accelerator families. Bare-metal sizes are left out (orch provisions VMs).
 AWS_FAMILY = re.compile(
-    r"^(?:[mcr][678][a-z]*(?:-flex)?|t3|g4dn|g5|g6|g6e|p3|p3dn|p4d|p4de|p5|p5e|p5en|inf2|trn1"
+    r"^(?:[mcr][5678][a-z]*(?:-flex)?|t3|g4dn|g5|g6|g6e|p3|p3dn|p4d|p4de|p5|p5e|p5en|inf2|trn1"
     r"|trn1n)\.(?!metal)")
 # Zone ID -> zone letter per region: one real account's mapping, the one moto uses
 # (moto.ec2.models.availability_zones_and_regions); commercial regions only.

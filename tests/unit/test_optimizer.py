@@ -511,9 +511,13 @@ def test_a_name_matching_several_accelerators_lists_them():
 def test_when_no_default_family_fits_any_cpu_type_of_the_cloud_does():
     from orch.catalog.families import is_default_cpu_type
 
-    # The curated AWS catalog has no r6i/r7i: 8 GiB per vCPU comes from another family.
-    defaults = [r for r in load_catalog("aws").default_cpu_rows if r.memory_gib >= 8 * r.vcpus]
-    found = plan(task(cloud="aws", cpus="8+", memory="8x"), host=SMALL_HOST)
+    # The curated AWS catalog has default-family sizes up to 48 vCPUs: 64+ comes from
+    # another family (c8i.24xlarge).
+    defaults = [r for r in load_catalog("aws").default_cpu_rows if r.vcpus >= 64]
+    found = plan(task(cloud="aws", cpus="64+", memory="2x"), host=SMALL_HOST)
     assert not defaults and found
-    assert all(c.memory_gb >= 8 * c.cpus and not is_default_cpu_type("aws", c.instance_type or "")
+    assert all(c.cpus >= 64 and not is_default_cpu_type("aws", c.instance_type or "")
                for c in found)
+    # With r7i in the catalog, 8 GiB per vCPU stays in the default families.
+    ratio = plan(task(cloud="aws", cpus="8+", memory="8x"), host=SMALL_HOST)
+    assert ratio and all(is_default_cpu_type("aws", c.instance_type or "") for c in ratio)
