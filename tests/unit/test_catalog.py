@@ -22,7 +22,7 @@ from orch.catalog.rows import COLUMNS, parse_rows
 from scripts import refresh_catalog
 
 DATA = Path(__file__).resolve().parents[2] / "orch" / "catalog" / "data"
-GPUS = ["T4", "L4", "A10G", "V100", "A100", "A100-80GB", "H100", "H200"]
+GPUS = ["T4", "L4", "A10G", "L40S", "V100", "A100", "A100-80GB", "H100", "H200"]
 
 
 @pytest.mark.parametrize("cloud", CATALOG_CLOUDS)
