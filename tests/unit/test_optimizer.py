@@ -508,16 +508,26 @@ def test_a_name_matching_several_accelerators_lists_them():
         plan(task(accelerators="h10:8"), host=SMALL_HOST)
 
 
-def test_when_no_default_family_fits_any_cpu_type_of_the_cloud_does():
+def test_when_no_default_family_fits_any_cpu_type_of_the_cloud_does(monkeypatch):
+    from orch import offers
     from orch.catalog.families import is_default_cpu_type
+    from orch.catalog.loader import CloudCatalog
+    from orch.catalog.rows import COLUMNS
 
-    # The curated AWS catalog has default-family sizes up to 48 vCPUs: 64+ comes from
-    # another family (c8i.24xlarge).
-    defaults = [r for r in load_catalog("aws").default_cpu_rows if r.vcpus >= 64]
-    found = plan(task(cloud="aws", cpus="64+", memory="2x"), host=SMALL_HOST)
-    assert not defaults and found
-    assert all(c.cpus >= 64 and not is_default_cpu_type("aws", c.instance_type or "")
-               for c in found)
-    # With r7i in the catalog, 8 GiB per vCPU stays in the default families.
+    # A curated catalog may lack the big sizes of the default families: then another
+    # family that fits serves, rather than no offer at all.
+    small = CloudCatalog.of_text("aws", "fixture.csv", "\n".join([
+        ",".join(COLUMNS),
+        "c8i.24xlarge,,,96,192,4.2,1.1,us-east-1,us-east-1a",
+        "m6i.large,,,2,8,0.096,0.04,us-east-1,us-east-1a",
+    ]))
+    monkeypatch.setattr(offers, "load_catalog", lambda cloud: small)
+    (found,) = plan(task(cloud="aws", cpus="64+", memory="2x"), host=SMALL_HOST)
+    assert found.instance_type == "c8i.24xlarge"
+    assert not is_default_cpu_type("aws", found.instance_type)
+    (default,) = plan(task(cloud="aws", cpus="2"), host=SMALL_HOST)
+    assert default.instance_type == "m6i.large"
+    # With r6i/r7i in the shipped catalog, 8 GiB per vCPU stays in the default families.
+    monkeypatch.undo()
     ratio = plan(task(cloud="aws", cpus="8+", memory="8x"), host=SMALL_HOST)
     assert ratio and all(is_default_cpu_type("aws", c.instance_type or "") for c in ratio)
