@@ -1,16 +1,21 @@
 """The optimizer: turn a task's resource request into launch candidates, cheapest first.
 
-A candidate is one cloud region (with its usable zones, cheapest first) and one instance
-type. The request is read as SkyPilot reads it:
+This module validates each resource alternative against the catalogs (names, regions,
+zones, enabled and allowed clouds) and ranks what :mod:`orch.offers` finds for it. A
+candidate is one cloud region (with its usable zones, cheapest first) and one instance
+type: SkyPilot's shape, the cheapest fitting type of each zone, not every type in every
+zone (:mod:`orch.offers` says which rows may serve and how sizes are read). The request is
+read as SkyPilot reads it:
 
-* ``cpus``/``memory`` ``"4"`` means at least 4 but prefers the smallest fit: per region only
-  the instance types with the fewest vCPUs (then the least memory) that satisfy it are kept.
-  ``"4+"`` keeps every instance type with at least 4. ``memory: "8x"`` asks for at least 8
-  GiB per vCPU of each instance type (SkyPilot's ratio). With no cpus, memory, instance
-  type or accelerators at all, clouds with instance types use SkyPilot's default:
-  ``cpus: 8+`` and ``memory: 4x`` (:data:`DEFAULT_CPUS`, :data:`DEFAULT_MEMORY`).
-* Accelerators match by name (case-insensitive) and exact count; instance types with
-  accelerators are only offered when accelerators (or that instance type) are asked for.
+* ``cpus``/``memory`` ``"4"`` means at least 4 but prefers the smallest fit per region;
+  ``"4+"`` any size from 4 up; ``memory: "8x"`` at least 8 GiB per vCPU. A CPU-only request
+  without an instance type gets SkyPilot's default CPU families, with ``cpus: 8+`` when
+  nothing is sized and ``memory: 4x`` when memory is not (:data:`DEFAULT_CPUS`,
+  :data:`DEFAULT_MEMORY`).
+* Accelerators match by exact count and by name as SkyPilot resolves it: case-insensitive,
+  its aliases (``A100-40GB``), or the one catalog name that contains the given one;
+  instance types with accelerators are only offered when accelerators (or that instance
+  type) are asked for.
 * ``any_of`` alternatives are merged and sorted by price; ``ordered`` alternatives keep the
   user's order of preference, by price within each.
 * The ``local`` cloud (this machine) always exists, costs nothing, has one region "local"

@@ -1,21 +1,27 @@
-"""Regenerate orch's curated catalog (orch/catalog/data/*.csv) from SkyPilot-format CSVs.
+"""Regenerate orch's catalog (orch/catalog/data/*.csv) from SkyPilot-format CSVs.
 
 Usage::
 
     python scripts/refresh_catalog.py SOURCE_DIR [--out orch/catalog/data] [--date YYYY-MM-DD]
 
 ``SOURCE_DIR`` holds ``aws/vms.csv``, ``gcp/vms.csv`` and ``azure/vms.csv`` in SkyPilot's
-catalog format, e.g. a checkout of https://github.com/anycloud-sh/catalog. Only the families
-and regions listed below are kept, so the shipped files stay small. Per cloud:
+catalog format, e.g. a checkout of https://github.com/anycloud-sh/catalog; a cloud whose
+file is missing keeps its CSV. GCP and Azure are kept whole (every region and machine
+family); AWS keeps the families of :data:`AWS_FAMILY` in the commercial regions. Prices
+keep every digit of the source (Decimal, no rounding). Per cloud:
 
 * AWS lists offerings by availability-zone *ID* (``use1-az6``); EC2 calls take zone *names*
   (``us-east-1a``), and the ID-to-name mapping differs between accounts. We translate with one
   real account's mapping (the one moto also uses), so the names are real zones; in another
   account a zone may be aliased differently, which costs at most one failed zone in failover.
+  Local Zones (``use1-atl2-az1``) are left out.
 * GCP prices a machine type's vCPUs/memory and its GPUs separately (GPU rows have no machine
-  type). A GPU machine type (``a2-highgpu-1g``) or a host with attached GPUs (``n1-highmem-8``
-  + ``T4``) is priced as the sum of the two in the same zone.
-* Azure's file has no zones: rows are per region (``AvailabilityZone`` stays empty).
+  type). A GPU machine type (``a2-highgpu-1g``) is priced as the sum of the two in the same
+  zone; a GPU GCP attaches to an N1 host (T4, V100, P100, P4) gets one row per N1 host it
+  may attach to (GCP's size limit per GPU count), the optimizer picks SkyPilot's default
+  host among them. TPUs are left out.
+* Azure's file has no zones: rows are per region (``AvailabilityZone`` stays empty);
+  fractional-GPU sizes are left out.
 """
 
 from __future__ import annotations
@@ -143,7 +149,8 @@ def curate_aws(rows: Iterable[Row]) -> list[list[str]]:
     out = []
     for r in rows:
         zone = AWS_ZONE_NAMES.get(r["AvailabilityZone"])
-        if not AWS_FAMILY.match(r["InstanceType"]) or zone is None or not r["Price"]:
+        if (not AWS_FAMILY.match(r["InstanceType"]) or zone is None or not r["Price"]
+                or not _whole(r["AcceleratorCount"])):
             continue
         out.append(_out(r["InstanceType"], *_accelerator(r), r["vCPUs"], r["MemoryGiB"],
                         _price(r["Price"]), _price(r["SpotPrice"]),
