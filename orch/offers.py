@@ -11,8 +11,9 @@ may serve a request, as SkyPilot decides it:
   families fits (the curated AWS catalog lacks some, e.g. r6i/r7i), any CPU-only type of
   the cloud that fits, rather than no offer at all.
 * Accelerators: the rows of that accelerator at exactly that count; for a GPU GCP attaches
-  to an N1 host, with neither cpus nor memory asked, SkyPilot's default host size
-  (:func:`orch.catalog.families.gcp_default_host_cpus`, 4 GiB per vCPU).
+  to an N1 host and no memory asked, an N1 host as SkyPilot sizes it: the cpus asked (or
+  the default host's, :func:`orch.catalog.families.gcp_default_host_cpus`) and 4 GiB per
+  one of them.
 * An instance type: its rows.
 
 A blocked row (:class:`Blocklist`) is skipped before the cheapest of its zone is chosen,
@@ -114,8 +115,9 @@ def _serving_rows(cloud: str, ask: Ask) -> tuple[list[CatalogRow], Why | None]:
         return list(catalog.default_cpu_rows), None
     name, count = ask.accelerator
     rows = list(catalog.accelerator_rows.get((name, count), ()))
-    if res.cpus is None and res.memory is None:
-        rows = [r for r in rows if is_default_host(r)]
+    if res.memory is None:
+        cpus = float(res.cpus.rstrip("+")) if res.cpus else None
+        rows = [r for r in rows if is_default_host(r, cpus)]
     if not rows:
         counts = tuple(sorted(c for n, c in catalog.accelerator_rows if n == name))
         text = (f"{cloud} offers {name} only in counts {counts_text(counts)}" if counts

@@ -97,12 +97,15 @@ def gcp_default_host_cpus(accelerator: str, count: int) -> int | None:
     return GCP_HOST_CPUS.get(accelerator, GCP_HOST_CPUS["DEFAULT"]).get(count)
 
 
-def is_default_host(row: CatalogRow) -> bool:
-    """Whether a GCP GPU row's N1 host is big enough for SkyPilot's default (other rows:
-    always)."""
-    least = gcp_default_host_cpus(row.accelerator_name or "", row.accelerator_count)
-    if row.cloud != "gcp" or least is None or not row.instance_type.startswith(
-            GCP_HOST_FAMILIES):
+def is_default_host(row: CatalogRow, cpus: float | None = None) -> bool:
+    """Whether a GCP GPU row's N1 host is one SkyPilot would pick (other rows: always): at
+    least ``cpus`` vCPUs (None: the default host's count) and 4 GiB of memory per one of
+    them, as SkyPilot sizes the host when the task gives no memory."""
+    if row.cloud != "gcp" or not row.instance_type.startswith(GCP_HOST_FAMILIES):
+        return True
+    least = cpus if cpus is not None else gcp_default_host_cpus(
+        row.accelerator_name or "", row.accelerator_count)
+    if least is None:
         return True
     return row.vcpus >= least and row.memory_gib >= least * GCP_HOST_MEMORY_PER_CPU
 

@@ -490,7 +490,10 @@ def test_unsized_gpu_on_a_gcp_n1_host_gets_skypilots_default_host():
     (first, *_) = plan(task(cloud="gcp", accelerators="T4:1"), host=SMALL_HOST)
     assert first.cpus >= 4 and first.memory_gb >= 16  # _NUM_ACC_TO_NUM_CPU T4:1 = 4
     bigger = plan(task(cloud="gcp", accelerators="T4:1", cpus="16+"), host=SMALL_HOST)
-    assert bigger and all(c.cpus >= 16 for c in bigger)
+    assert bigger and all(c.cpus >= 16 and c.memory_gb >= 64 for c in bigger)  # 4 GiB/vCPU
+    lean = plan(task(cloud="gcp", accelerators="T4:1", cpus="16+", memory="16+"),
+                host=SMALL_HOST)
+    assert lean[0].price_per_hour < bigger[0].price_per_hour  # n1-highcpu-16 may serve
 
 
 @pytest.mark.parametrize(("asked", "canonical"), [
