@@ -11,6 +11,7 @@ soon as they exist.
 from __future__ import annotations
 
 from temporalio import workflow
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.runtime import (
@@ -60,6 +61,9 @@ class LaunchWorkflow:
                               retry_until_up=request.retry_until_up, was_up=request.was_up,
                               report_to=parent.workflow_id if parent else None),
                 id=f"{workflow.info().workflow_id}/failover",
+                # A launch that ends (terminated, timed out) asks its failover to stop: a
+                # cancelled FailoverWorkflow removes the nodes of the attempt in flight.
+                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
                 static_summary=failover_summary(request.cluster_name, task, request.placement),
                 static_details=task_details(task, request.requested_by),
             )
