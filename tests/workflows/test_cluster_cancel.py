@@ -21,6 +21,7 @@ from orch.records import ClusterRecord, DownRequest, LaunchRequest, LaunchResult
 from orch.spec import Task
 from orch.status import ClusterStatus
 from tests.workflows.fake_cloud import FakeCloud, fake_cloud_worker, provision_error
+from tests.workflows.histories import save_with_children
 from workflows.cluster import ClusterWorkflow
 
 TASK = Task(num_nodes=2, run="echo run")
@@ -75,6 +76,7 @@ async def test_cancel_mid_launch_removes_the_nodes_being_made(
         await asked_to_stop(failover)
         creating.set()  # the RunInstances in flight completes: its nodes now exist
         record = await cancelled_record(handle)
+        await save_with_children(time_skipping_env.client, handle, "cluster_cancel_launching")
         with pytest.raises(WorkflowUpdateFailedError):
             await launch
 
@@ -95,6 +97,7 @@ async def test_cancel_an_up_cluster_tears_it_down(time_skipping_env: WorkflowEnv
 
         await handle.cancel()
         record = await cancelled_record(handle)
+        await save_with_children(time_skipping_env.client, handle, "cluster_cancel_up")
 
     assert record.status == ClusterStatus.TERMINATED
     assert cloud.instances["up"] == {}

@@ -204,6 +204,7 @@ async def test_a_persistent_transient_error_everywhere_ends_with_no_resources(
         handle = await run_failover(time_skipping_env, bed.task_queue)
         with pytest.raises(WorkflowFailureError) as failure:
             await asyncio.wait_for(handle.result(), ENDS_WITHIN_S)
+        await save_with_children(time_skipping_env.client, handle, "failover_transient_limit")
 
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "NoResourcesError"
@@ -223,6 +224,7 @@ async def test_persistent_throttling_backs_off_without_a_permit_then_moves_on(
         handle = await run_failover(time_skipping_env, bed.task_queue)
         output = await asyncio.wait_for(handle.result(), ENDS_WITHIN_S)
         history = await handle.fetch_history()
+        await save_with_children(time_skipping_env.client, handle, "failover_throttled")
 
     assert output.placement.zone == "us-west-2a"
     assert [a.code for a in output.history] == ["RequestLimitExceeded"] * RETRIES_PER_ZONE
@@ -271,8 +273,10 @@ async def test_retry_until_up_continues_as_new_and_then_succeeds(
             await asyncio.sleep(0.05)
         cloud.no_capacity = set()  # capacity comes back
         output = await handle.result()
-        first = await time_skipping_env.client.get_workflow_handle(
-            handle.id, run_id=first_run).fetch_history()
+        first_handle = time_skipping_env.client.get_workflow_handle(handle.id, run_id=first_run)
+        first = await first_handle.fetch_history()
+        await save_with_children(time_skipping_env.client, first_handle,
+                                 "failover_continued_as_new")
 
     assert first.events[-1].event_type == (
         EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW)
