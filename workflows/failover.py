@@ -86,7 +86,9 @@ class FailoverInput(BaseModel):
     retry_until_up: bool = False
     ssh_public_key: str | None = None
     report_to: str | None = None  # the workflow told of each hop (the cluster's), by signal
-    rounds_per_run: int = ROUNDS_PER_RUN
+    # Read when the input is made (tests set the module constants for a faster clock).
+    rounds_per_run: int = Field(default_factory=lambda: ROUNDS_PER_RUN)
+    round_waits_s: list[int] = Field(default_factory=lambda: list(RETRY_ROUND_S))
     # Carried across continue-as-new: rounds already over, and the attempts so far.
     rounds: int = 0
     attempts: AttemptLog = Field(default_factory=AttemptLog)
@@ -144,7 +146,8 @@ class FailoverWorkflow:
                     type="NoResourcesError",
                     non_retryable=True,
                 )
-            delay = RETRY_ROUND_S[min(rounds, len(RETRY_ROUND_S) - 1)]
+            waits = request.round_waits_s or list(RETRY_ROUND_S)
+            delay = waits[min(rounds, len(waits) - 1)]
             rounds += 1
             workflow.logger.info("no candidate left; retrying in %s s", delay)
             last = self.log.recent[-1] if self.log.recent else None

@@ -17,11 +17,13 @@ from temporalio.client import (
 from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
 
+from orch.failover_rules import Candidate
 from orch.records import ClusterRecord, DownRequest, LaunchRequest, LaunchResult
 from orch.spec import Task
 from orch.status import ClusterStatus
 from tests.workflows.fake_cloud import FakeCloud, fake_cloud_worker, provision_error
 from tests.workflows.histories import save_with_children
+from workflows import failover as failover_module
 from workflows.cluster import ClusterWorkflow
 
 TASK = Task(num_nodes=2, run="echo run")
@@ -179,3 +181,39 @@ async def test_a_teardown_that_fails_after_the_cancel_leaves_the_cluster_for_orc
         record = await cancelled_record(handle)
 
     assert record.status == ClusterStatus.TERMINATED and cloud.instances["stuck"] == {}
+
+
+async def test_cancel_reaches_a_failover_that_continued_as_new(
+    dev_server: WorkflowEnvironment,  # the time-skipping server delivers the SDK's own cancel
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--retry-until-up: the failover has continued as new when the cluster is cancelled.
+    The launch's cancel must reach the failover's current run, not the first one."""
+    monkeypatch.setattr(failover_module, "ROUNDS_PER_RUN", 1)
+    monkeypatch.setattr(failover_module, "RETRY_ROUND_S", (1,))
+    cloud = FakeCloud([Candidate(cloud="aws", region="us-east-1", zones=["us-east-1a"])])
+    cloud.no_capacity = {"us-east-1a"}
+    async with fake_cloud_worker(dev_server, cloud) as bed:
+        handle = await bed.start_cluster("waits")
+        launch = asyncio.ensure_future(handle.execute_update(
+            ClusterWorkflow.launch, LaunchRequest(task=TASK, retry_until_up=True)))
+        await until(lambda: asyncio.sleep(0, "run_instances" in cloud.calls), "RunInstances")
+        first_run = (await handle.describe()).run_id
+        failover = dev_server.client.get_workflow_handle(
+            f"{handle.id}/launch-{first_run[:8]}-1/failover")
+        started = (await failover.describe()).run_id
+
+        async def continued() -> bool:
+            return (await failover.describe()).run_id != started
+
+        await until(continued, "the failover's continue-as-new")
+        await handle.cancel()
+        record = await asyncio.wait_for(cancelled_record(handle), 30)
+        with pytest.raises(WorkflowUpdateFailedError):
+            await launch
+        failover_status = (await failover.describe()).status
+        await save_with_children(dev_server.client, handle, "cluster_cancel_continued_failover")
+
+    assert record.status == ClusterStatus.TERMINATED
+    assert failover_status == WorkflowExecutionStatus.CANCELED
+    assert cloud.instances["waits"] == {}
