@@ -24,8 +24,9 @@ from activities.errors import typed_errors
 from orch.clouds.base import ClusterInfo, NodeInfo
 from orch.clouds.errors import SetupError
 from orch.runtime.install import ensure_runtime
-from orch.runtime.jobs import WORKDIR, JobRecord, JobSpec
+from orch.runtime.jobs import SECRETS_ENV, WORKDIR, JobRecord, JobSpec
 from orch.runtime.runner import CommandError, NodeUnreachableError, runner_for
+from orch.secret import REDACTED, Secret, clear_values
 
 T = TypeVar("T")
 UNREACHABLE_AFTER_S = 10.0  # for best-effort steps on nodes that may be gone
@@ -135,6 +136,7 @@ class SetupRequest(BaseModel):
     cluster_name: str
     setup: str
     envs: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, Secret] = Field(default_factory=dict)  # exported over envs
     job_id: int | None = None
     job_name: str | None = None
 
@@ -158,8 +160,10 @@ def run_setup(request: SetupRequest) -> None:
     """Run the task's setup on every node. On failure the job is recorded FAILED_SETUP on
     the head (with the setup's last lines as its log) and SetupError is raised."""
 
+    secrets = clear_values(request.secrets)
+
     def setup(rank: int, node: NodeInfo):
-        env = {**request.envs, **node_envs(request.info, request.cluster_name, rank)}
+        env = {**request.envs, **secrets, **node_envs(request.info, request.cluster_name, rank)}
         command = f"cd {WORKDIR} 2>/dev/null || cd ~; {request.setup}"
         with runner_for(node) as runner:
             return runner.run(command, env=env)
@@ -169,7 +173,8 @@ def run_setup(request: SetupRequest) -> None:
     if not failed:
         return
     rank, result = failed[0]
-    tail = "\n".join(f"(setup, rank={rank}) {line}" for line in result.tail.splitlines())
+    tail = "\n".join(f"(setup, rank={rank}) {line}"
+                     for line in without_values(result.tail, secrets).splitlines())
     if request.job_id is not None:
         head = request.info.nodes[0]
         with runner_for(head) as runner, tempfile.TemporaryDirectory() as tmp:
@@ -187,6 +192,14 @@ def run_setup(request: SetupRequest) -> None:
     )
 
 
+def without_values(text: str, secrets: dict[str, str]) -> str:
+    """``text`` (a command's output, bound for a failure in the history) with every secret
+    value replaced by ``<redacted>``, longest first (one may contain another)."""
+    for value in sorted((v for v in secrets.values() if v), key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
+
+
 class SubmitRequest(BaseModel):
     head: NodeInfo
     spec: JobSpec
@@ -195,13 +208,18 @@ class SubmitRequest(BaseModel):
 @activity.defn
 @typed_errors
 def submit_job(request: SubmitRequest) -> JobRecord:
-    """Start the job's driver on the head; submitting the same id again is a no-op."""
+    """Start the job's driver on the head; submitting the same id again is a no-op. The
+    secrets go in the submit command's environment, never in a file here (see
+    orch.runtime.jobs)."""
+    spec = request.spec
+    secrets = {SECRETS_ENV: json.dumps(clear_values(spec.secrets))} if spec.secrets else {}
     with runner_for(request.head) as runner, tempfile.TemporaryDirectory() as tmp:
         spec_file = Path(tmp) / "spec.json"
-        spec_file.write_text(request.spec.model_dump_json())
-        remote = f".orch-node/submit-{request.spec.id}.json"
+        spec_file.write_text(spec.model_dump_json(exclude={"secrets"}))
+        remote = f".orch-node/submit-{spec.id}.json"
         runner.upload(str(spec_file), remote)
-        result = runner.check(_node_cli(request.head, "jobs", f"submit ~/{remote}"))
+        result = runner.check(_node_cli(request.head, "jobs", f"submit ~/{remote}"),
+                              env=secrets)
     return JobRecord.model_validate_json(result.tail.splitlines()[-1])
 
 

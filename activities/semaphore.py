@@ -9,25 +9,25 @@ as does the worker hosting `LaunchSemaphoreWorkflow`.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
 from orch.semaphore import (
     ACQUIRE_SIGNAL,
     FIND_CLOSED_HOLDERS_ACTIVITY,
     LAUNCH_SEMAPHORE_WORKFLOW,
-    QUEUE_POSITION_QUERY,
     REQUEST_PERMIT_ACTIVITY,
+    SA_LAUNCH_WAITING,
     AcquireRequest,
     LaunchSemaphoreInput,
     PermitRequest,
     SemaphoreSettings,
 )
 
-POSITION_QUERY_TIMEOUT_S = 5
+LAUNCH_WAITING = SearchAttributeKey.for_int(SA_LAUNCH_WAITING)
 # Describe calls in flight at once during a sweep (up to 2,000 job-slot holders).
 DESCRIBE_CONCURRENCY = 16
 
@@ -48,10 +48,15 @@ class SemaphoreActivities:
     @activity.defn(name=REQUEST_PERMIT_ACTIVITY)
     async def request_permit(self, permit: PermitRequest) -> int | None:
         """Signal-with-start: queues the acquire, starting the semaphore if none runs.
-        Safe to retry: the semaphore ignores a request id it has seen. Returns how many
-        requests wait ahead of this one (None when granted at once, or when the semaphore
-        is too busy to say within a few seconds: the position is only shown to people)."""
-        handle = await self._client.start_workflow(
+        Safe to retry: the semaphore ignores a request id it has seen.
+
+        Returns about how many launches wait ahead (for the Web UI's current details):
+        the semaphore's published ``OrchLaunchWaiting`` count, read by one describe before
+        the signal. None for job slots, when the semaphore does not publish its counts or
+        does not exist yet. A describe never waits on a worker, unlike a query, so a busy
+        semaphore cannot slow the acquire down."""
+        ahead = await self._launches_waiting(permit) if permit.request.kind == "launch" else None
+        await self._client.start_workflow(
             LAUNCH_SEMAPHORE_WORKFLOW,
             LaunchSemaphoreInput(settings=self._settings),
             id=permit.semaphore_id,
@@ -61,13 +66,14 @@ class SemaphoreActivities:
             static_summary=f"launch semaphore: {self._settings.limits.launch} launch permits, "
                            f"{self._settings.limits.job} job slots",
         )
-        try:
-            ahead: int | None = await handle.query(
-                QUEUE_POSITION_QUERY, permit.request.request_id,
-                rpc_timeout=timedelta(seconds=POSITION_QUERY_TIMEOUT_S))
-        except (RPCError, WorkflowQueryFailedError):
-            return None
         return ahead
+
+    async def _launches_waiting(self, permit: PermitRequest) -> int | None:
+        try:
+            described = await self._client.get_workflow_handle(permit.semaphore_id).describe()
+        except RPCError:
+            return None
+        return described.typed_search_attributes.get(LAUNCH_WAITING)
 
     @activity.defn(name=FIND_CLOSED_HOLDERS_ACTIVITY)
     async def find_closed_permit_holders(self, holders: list[AcquireRequest]) -> list[str]:

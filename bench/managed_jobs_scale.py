@@ -31,11 +31,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio.client import Client as TemporalClient
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from activities import managed_job
 from orch.client import Client
+from orch.client.codec import orch_data_converter
 from orch.client.managed_jobs import ManagedJobs
 from orch.config import venv_binary
 from orch.managed_jobs import ManagedJobStatus, managed_job_workflow_id
@@ -90,7 +90,7 @@ async def connect(address: str) -> TemporalClient:
     deadline = time.monotonic() + 60
     while True:
         try:
-            return await TemporalClient.connect(address, data_converter=pydantic_data_converter)
+            return await TemporalClient.connect(address, data_converter=orch_data_converter())
         except RuntimeError:
             if time.monotonic() > deadline:
                 raise

@@ -37,12 +37,12 @@ from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.semaphore import SemaphoreActivities
+from orch.client.codec import CodecKey, orch_data_converter
 from orch.semaphore import RELEASE_SIGNAL, PermitKind, PermitLimits, SemaphoreSettings
 from workflows.launch_semaphore import (
     LAUNCH_HOLDERS_ATTRIBUTE,
@@ -203,7 +203,7 @@ async def main() -> None:
 
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(Path(sys.executable).parent / "temporal"),
-        data_converter=pydantic_data_converter,
+        data_converter=orch_data_converter(CodecKey.generate("the bench")),
         search_attributes=[LAUNCH_HOLDERS_ATTRIBUTE, LAUNCH_WAITING_ATTRIBUTE],
     )
     try:

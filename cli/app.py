@@ -11,6 +11,7 @@ from rich.console import Console
 
 from cli import display
 from orch.client import INVALID_RESOURCES, SERVER_ERRORS, Client, OrchError
+from orch.client.codec import CodecKeyError
 from orch.server import ControlPlaneError
 from orch.settings import Settings, load_settings
 from orch.spec import SpecError
@@ -64,8 +65,13 @@ def run(coro_fn: Callable[[Client], Awaitable[T]]) -> T:
         raise fail(str(err), code=2 if err.kind == INVALID_RESOURCES else 1) from None
     except ControlPlaneError as err:
         raise fail(f"the control plane is not available: {err}") from None
+    except CodecKeyError as err:  # a secret encrypted with another key than this one
+        raise fail(str(err)) from None
     except SERVER_ERRORS as err:
-        raise fail(f"the Temporal server refused the request: {err}") from None
+        hint = (" (if the task has secrets: the workers may have another codec key, and "
+                "their log says so; see the README, Secrets)"
+                if "Workflow Task in failed state" in str(err) else "")
+        raise fail(f"the Temporal server refused the request: {err}{hint}") from None
     except KeyboardInterrupt:
         err_console.print("Interrupted. Operations already submitted go on in the background.")
         raise typer.Exit(130) from None

@@ -12,19 +12,22 @@ import typer
 from cli import display
 from cli.app import AsJson, Yes, app, console, err_console, fail, run, settings
 from cli.tasks import overrides_from_flags, task_from_args
-from orch.check import check_clouds
+from orch.check import CloudCheck, check_clouds
 from orch.client import Client, ClusterSummary, OrchError
 from orch.client.managed_jobs import ManagedJobs
+from orch.failover_rules import Candidate
 from orch.lifecycle import Autostop
 from orch.managed_jobs import JobSummary
 from orch.optimizer import OptimizerError, plan
 from orch.runtime.jobs import JobRecord
+from orch.secret import redacted
 from orch.spec import SpecError, Task
 from orch.status import ClusterStatus, JobStatus
 
 # Options shared by launch and exec (they override the task YAML).
 Infra = Annotated[str | None, typer.Option(
-    "--infra", help="CLOUD[/REGION[/ZONE]], * for any part: aws, gcp/us-central1, */us-east-1.")]
+    "--infra", help="CLOUD, CLOUD/REGION or CLOUD/REGION/ZONE; * for any part: aws, "
+    "gcp/us-central1, */us-east-1.")]
 Cloud = Annotated[str | None, typer.Option("--cloud", help="local, aws, gcp or azure.")]
 Region = Annotated[str | None, typer.Option("--region")]
 Zone = Annotated[str | None, typer.Option("--zone")]
@@ -37,7 +40,18 @@ UseSpot = Annotated[bool | None, typer.Option("--use-spot/--no-use-spot")]
 Env = Annotated[list[str] | None, typer.Option("--env", help="K=V (or K: taken from your env).")]
 EnvFile = Annotated[str | None, typer.Option(
     "--env-file", help="A dotenv file of K=V lines (--env wins over it).")]
+SecretFlag = Annotated[list[str] | None, typer.Option(
+    "--secret", help="K=V (or K: taken from your env); shown as <redacted>.")]
 Workdir = Annotated[str | None, typer.Option("--workdir")]
+DiskSize = Annotated[str | None, typer.Option(
+    "--disk-size", help="OS disk in GB, or with a unit: 256GB, 1TB.")]
+DiskTierFlag = Annotated[str | None, typer.Option(
+    "--disk-tier", help="low, medium, high, ultra or best.")]
+NetworkTierFlag = Annotated[str | None, typer.Option(
+    "--network-tier", help="standard or best.")]
+ImageId = Annotated[str | None, typer.Option("--image-id", help="The image to boot.")]
+Ports = Annotated[list[str] | None, typer.Option(
+    "--ports", help="A port or range to open, e.g. 8080 or 10000-10010; repeat for more.")]
 Detach = Annotated[bool, typer.Option("--detach-run", "-d", help="Do not follow the output.")]
 
 
@@ -69,8 +83,10 @@ def launch(
     infra: Infra = None, cloud: Cloud = None, region: Region = None, zone: Zone = None,
     instance_type: InstanceType = None, cpus: Cpus = None, memory: Memory = None,
     gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
-    env: Env = None, env_file: EnvFile = None, workdir: Workdir = None,
-    detach_run: Detach = False,
+    env: Env = None, env_file: EnvFile = None, secret: SecretFlag = None,
+    workdir: Workdir = None, detach_run: Detach = False,
+    disk_size: DiskSize = None, disk_tier: DiskTierFlag = None,
+    network_tier: NetworkTierFlag = None, image_id: ImageId = None, ports: Ports = None,
     name: Annotated[str | None, typer.Option("--name", "-n", help="The task's name.")] = None,
     dryrun: Annotated[bool, typer.Option(
         "--dryrun", help="Show the plan (candidates, cheapest first) and launch nothing.")] = False,
@@ -87,7 +103,9 @@ def launch(
     task = parse_task(entrypoint, name=name, infra=infra, cloud=cloud, region=region,
                       zone=zone, instance_type=instance_type, cpus=cpus, memory=memory,
                       gpus=gpus, num_nodes=num_nodes, use_spot=use_spot, env=env,
-                      env_file=env_file, workdir=workdir)
+                      env_file=env_file, workdir=workdir, secret=secret,
+                      disk_size=disk_size, disk_tier=disk_tier, network_tier=network_tier,
+                      image_id=image_id, ports=ports)
     if dryrun:
         show_plan(task, as_json)
         return
@@ -124,15 +142,19 @@ def exec_(
     infra: Infra = None, cloud: Cloud = None, region: Region = None, zone: Zone = None,
     instance_type: InstanceType = None, cpus: Cpus = None, memory: Memory = None,
     gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
-    env: Env = None, env_file: EnvFile = None, workdir: Workdir = None,
-    detach_run: Detach = False,
+    env: Env = None, env_file: EnvFile = None, secret: SecretFlag = None,
+    workdir: Workdir = None, detach_run: Detach = False,
+    disk_size: DiskSize = None, disk_tier: DiskTierFlag = None,
+    network_tier: NetworkTierFlag = None, image_id: ImageId = None, ports: Ports = None,
     name: Annotated[str | None, typer.Option("--name", "-n")] = None,
 ) -> None:
     """Run a task on an UP cluster (no provisioning, no setup)."""
     task = parse_task(entrypoint, name=name, infra=infra, cloud=cloud, region=region,
                       zone=zone, instance_type=instance_type, cpus=cpus, memory=memory,
                       gpus=gpus, num_nodes=num_nodes, use_spot=use_spot, env=env,
-                      env_file=env_file, workdir=workdir)
+                      env_file=env_file, workdir=workdir, secret=secret,
+                      disk_size=disk_size, disk_tier=disk_tier, network_tier=network_tier,
+                      image_id=image_id, ports=ports)
 
     async def go(client: Client) -> None:
         job_id = await client.exec(cluster, task)
@@ -143,19 +165,30 @@ def exec_(
     run(go)
 
 
-def show_plan(task: Task, as_json: bool) -> None:
-    """The optimizer's candidates over every cloud in the catalog, marked usable or not."""
+def planned(task: Task, where: str = "") -> tuple[list[Candidate], list[CloudCheck]]:
+    """The optimizer's candidates over every cloud in the catalog, and the checks of the
+    clouds they are on; a task nothing can run exits 2 (``where`` names the task)."""
     config = settings()
     try:
         candidates = plan(task, allowed_clouds=config.allowed_clouds,
                           default_regions=config.default_regions())
     except OptimizerError as err:
-        raise fail(str(err), code=2) from None
-    checks = check_clouds(tuple(sorted({c.cloud for c in candidates})))
+        raise fail(f"{where}{err}", code=2) from None
+    return candidates, check_clouds(tuple(sorted({c.cloud for c in candidates})))
+
+
+def show_plan(task: Task, as_json: bool) -> None:
+    """The plan of one task, marked usable or not."""
+    candidates, checks = planned(task)
+    secrets = redacted(task.secrets)
     if as_json:
-        print(json.dumps(display.plan_json(candidates, {c.cloud: c.ok for c in checks})))
-    else:
-        display.plan_table(console, candidates, checks, task.num_nodes)
+        print(json.dumps(display.plan_json(candidates, {c.cloud: c.ok for c in checks},
+                                           secrets)))
+        return
+    display.plan_table(console, candidates, checks, task.num_nodes)
+    if secrets:
+        shown = ", ".join(f"{name}={value}" for name, value in secrets.items())
+        console.print(f"Secrets given to setup and run: {shown}", markup=False)
 
 
 @app.command()

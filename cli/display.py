@@ -149,8 +149,12 @@ def _zones(zones: list[str]) -> str:
     return shown + (f" (+{len(zones) - 3})" if len(zones) > 3 else "")
 
 
-def plan_json(candidates: list[Candidate], usable: dict[str, bool]) -> list[dict[str, Any]]:
-    return [{**c.model_dump(mode="json"), "usable": usable.get(c.cloud, False)}
+def plan_json(candidates: list[Candidate], usable: dict[str, bool],
+              secrets: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The candidates; with the task's ``secrets`` (names → ``<redacted>``) on each, when
+    it has some, so a dry run shows what the task will be given."""
+    extra = {"secrets": secrets} if secrets else {}
+    return [{**c.model_dump(mode="json"), "usable": usable.get(c.cloud, False), **extra}
             for c in candidates]
 
 

@@ -17,17 +17,24 @@ from cli.clusters import (
     Cloud,
     Cpus,
     Detach,
+    DiskSize,
+    DiskTierFlag,
     Env,
     EnvFile,
     Gpus,
+    ImageId,
     Infra,
     InstanceType,
     Memory,
+    NetworkTierFlag,
     NumNodes,
+    Ports,
     Region,
+    SecretFlag,
     UseSpot,
     Workdir,
     Zone,
+    planned,
 )
 from cli.tasks import overrides_from_flags, pipeline_from_args
 from orch.client import Client, OrchError
@@ -39,7 +46,8 @@ from orch.managed_jobs import (
     ManagedJobState,
     ManagedJobStatus,
 )
-from orch.spec import Pipeline, SpecError
+from orch.secret import redacted
+from orch.spec import Pipeline, SpecError, looks_like_yaml
 
 jobs_app = typer.Typer(
     help="Managed jobs: tasks and pipelines that run to the end despite preemptions.",
@@ -74,11 +82,36 @@ def _pipeline(entrypoint: str, **flags: Any) -> Pipeline:
     """The tasks to run, validated before anything starts (exit 2 otherwise)."""
     try:
         pipeline = pipeline_from_args(entrypoint, overrides_from_flags(**flags))
-        for task in pipeline.tasks:
-            Client.validate(task)
-    except (SpecError, OrchError) as err:
+    except SpecError as err:
         raise fail(str(err), code=2) from None
+    many = len(pipeline.tasks) > 1
+    for i, task in enumerate(pipeline.tasks):
+        try:
+            Client.validate(task)
+        except OrchError as err:
+            source = entrypoint if looks_like_yaml(entrypoint) else "command line"
+            where = f"{source}: task[{i}]" if many else source
+            raise fail(f"{where}: {err}", code=2) from None
     return pipeline
+
+
+def _show_plans(pipeline: Pipeline, as_json: bool) -> None:
+    """Each task's candidates, as ``orch launch --dryrun`` shows one task's."""
+    many = len(pipeline.tasks) > 1
+    plans = [planned(task, f"task[{i}]: " if many else "")
+             for i, task in enumerate(pipeline.tasks)]
+    if as_json:
+        print(json.dumps([
+            {"task": i, "name": task.name,
+             "candidates": display.plan_json(candidates, {c.cloud: c.ok for c in checks},
+                                             redacted(task.secrets))}
+            for i, (task, (candidates, checks)) in enumerate(zip(pipeline.tasks, plans,
+                                                                 strict=True))]))
+        return
+    for i, (task, (candidates, checks)) in enumerate(zip(pipeline.tasks, plans, strict=True)):
+        console.print(f"[bold]Task {i + 1}/{len(pipeline.tasks)}[/]"
+                      + (f" ({task.name})" if task.name else ""), highlight=False)
+        display.plan_table(console, candidates, checks, task.num_nodes)
 
 
 @jobs_app.command("launch")
@@ -89,15 +122,26 @@ def launch(
     infra: Infra = None, cloud: Cloud = None, region: Region = None, zone: Zone = None,
     instance_type: InstanceType = None, cpus: Cpus = None, memory: Memory = None,
     gpus: Gpus = None, num_nodes: NumNodes = None, use_spot: UseSpot = None,
-    env: Env = None, env_file: EnvFile = None, workdir: Workdir = None,
-    detach_run: Detach = False,
+    env: Env = None, env_file: EnvFile = None, secret: SecretFlag = None,
+    workdir: Workdir = None, detach_run: Detach = False,
+    disk_size: DiskSize = None, disk_tier: DiskTierFlag = None,
+    network_tier: NetworkTierFlag = None, image_id: ImageId = None, ports: Ports = None,
+    dryrun: Annotated[bool, typer.Option(
+        "--dryrun", help="Show every task's plan and launch nothing (no control plane).")
+    ] = False,
+    as_json: AsJson = False,
     yes: Yes = False,
 ) -> None:
     """Launch a managed job: each task on a cluster of its own, recovered on preemption."""
     pipeline = _pipeline(entrypoint, infra=infra, cloud=cloud, region=region, zone=zone,
                          instance_type=instance_type, cpus=cpus, memory=memory, gpus=gpus,
                          num_nodes=num_nodes, use_spot=use_spot, env=env, env_file=env_file,
-                         workdir=workdir)
+                         workdir=workdir, secret=secret, disk_size=disk_size,
+                         disk_tier=disk_tier, network_tier=network_tier, image_id=image_id,
+                         ports=ports)
+    if dryrun:
+        _show_plans(pipeline, as_json)
+        return
     job_name = name or pipeline.name
     if not yes and sys.stdin.isatty():
         what = f"{len(pipeline.tasks)} tasks" if len(pipeline.tasks) > 1 else "a task"

@@ -5,6 +5,8 @@ Each module registers its commands on the one typer app, in the order of ``--hel
 
 from __future__ import annotations
 
+import sys
+
 from cli import (  # noqa: F401  (they register commands)
     catalog,
     clusters,
@@ -14,8 +16,9 @@ from cli import (  # noqa: F401  (they register commands)
     server,
     version,
 )
-from cli.app import app
+from cli.app import app, fail
 from cli.jobs import jobs_app
+from cli.skypilot_flags import refused_flag
 from orch.process_exit import exit_code, exit_without_finalizing
 
 app.add_typer(jobs_app, name="jobs")
@@ -26,6 +29,10 @@ __all__ = ["app", "main"]
 def main() -> None:
     """The console script: run the app, then leave without interpreter finalization
     (see ``orch.process_exit``), keeping the exit code the command chose."""
+    refused = refused_flag(sys.argv[1:])
+    if refused:
+        fail(refused, code=2)
+        exit_without_finalizing(2)
     try:
         app()
         code = 0

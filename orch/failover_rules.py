@@ -100,6 +100,7 @@ class Candidate(_Frozen):
     memory_gb: float = 0.0
     price_per_node: float = 0.0
     price_per_hour: float = 0.0
+    alternative: int = 0  # which of the task's resources.alternatives() it satisfies
 
     def accelerators_text(self) -> str:
         return ", ".join(f"{name}:{count}" for name, count in (self.accelerators or {}).items())

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from orch.catalog import CATALOG_CLOUDS, CatalogRow, list_accelerators, load_catalog
+from orch.clouds.tiers import disk_tier_fits
 from orch.failover_rules import Blocklist, Candidate
 from orch.spec import Resources, Task
 
@@ -108,6 +109,9 @@ def plan(task: Task, *, blocklist: Blocklist | None = None,
             failures.append((alternative, [_Why(alternative.cloud or "", str(exc))]))
             continue
         found, reasons = _candidates(request, task.num_nodes, blocked, host)
+        found, reasons = _within_budget(alternative, *_takes_disk_tier(alternative, found,
+                                                                       reasons))
+        found = [c.model_copy(update={"alternative": rank}) for c in found]
         preferred = _preferred_region(alternative, default_regions or {})
         ranked += [(rank if resources.is_ordered else 0, 0 if c.region == preferred else 1, c)
                    for c in found]
@@ -286,6 +290,29 @@ class _Why:
     cloud: str
     text: str
     lacking: tuple[str, int, tuple[int, ...]] | None = None
+
+
+def _takes_disk_tier(res: Resources, found: list[Candidate], reasons: list[_Why]
+                     ) -> tuple[list[Candidate], list[_Why]]:
+    """Drops instance types that cannot boot from the ``disk_tier`` asked (orch.clouds.tiers)."""
+    kept = [c for c in found if disk_tier_fits(c.cloud, res.disk_tier, c.instance_type)]
+    dropped = sorted({c.cloud for c in found} - {c.cloud for c in kept})
+    return kept, reasons + [_Why(cloud, f"no instance type that fits boots from disk_tier "
+                                        f"{res.disk_tier}") for cloud in dropped]
+
+
+def _within_budget(res: Resources, found: list[Candidate], reasons: list[_Why]
+                   ) -> tuple[list[Candidate], list[_Why]]:
+    """Drops candidates above ``max_hourly_cost`` (per node, as the resources are)."""
+    cap = res.max_hourly_cost
+    if cap is None:
+        return found, reasons
+    kept = [c for c in found if c.price_per_node <= cap]
+    if found and not kept:
+        cheapest = min(c.price_per_node for c in found)
+        reasons = [*reasons, _Why("", f"the cheapest fit costs ${cheapest:.4f}/h per node, "
+                                      f"above max_hourly_cost ${cap:g}")]
+    return kept, reasons
 
 
 def _candidates(request: _Request, num_nodes: int, blocked: Blocklist,

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from orch.clouds.base import ClusterInfo
 from orch.failover_rules import Blocklist
 from orch.lifecycle import Autostop, autostop_deadline
+from orch.semaphore import SA_LAUNCH_HOLDERS, SA_LAUNCH_WAITING
 from orch.spec import Task
 from orch.status import ClusterStatus
 
@@ -43,8 +44,8 @@ SEARCH_ATTRIBUTES = {
     SA_NUM_NODES: "Int",
     SA_RESOURCES: "Keyword",
     SA_AUTOSTOP: "Keyword",
-    "OrchLaunchHolders": "Int",
-    "OrchLaunchWaiting": "Int",
+    SA_LAUNCH_HOLDERS: "Int",
+    SA_LAUNCH_WAITING: "Int",
     SA_JOB_ID: "Keyword",  # the dev server allows at most 3 Int attributes
     SA_JOB_STATUS: "Keyword",
     SA_USER: "Keyword",  # the dev server's SQLite visibility holds at most 10 Keywords

@@ -17,7 +17,9 @@ ACQUIRE_SIGNAL = "acquire"
 RELEASE_SIGNAL = "release"
 GRANT_SIGNAL = "orch_permit_granted"
 PERMITS_QUERY = "permits"
-QUEUE_POSITION_QUERY = "queue_position"  # request id -> how many wait ahead of it (or None)
+# The launch pool's counts, as Int search attributes (when the settings publish them).
+SA_LAUNCH_HOLDERS = "OrchLaunchHolders"
+SA_LAUNCH_WAITING = "OrchLaunchWaiting"
 REQUEST_PERMIT_ACTIVITY = "request_permit"
 FIND_CLOSED_HOLDERS_ACTIVITY = "find_closed_permit_holders"
 

@@ -27,11 +27,23 @@ from pydantic import (
     model_validator,
 )
 
-from orch.spec_envs import is_env_name, required_envs, substitute
+from orch.clouds.tiers import DiskTier, NetworkTier
+from orch.lifecycle import Autostop
+from orch.secret import Secret
+from orch.spec_envs import given_over, still_required, substitute, variables_as_written
 from orch.spec_envs import parse_env_file as parse_env_file  # re-exported for the CLI
 from orch.spec_envs import parse_env_flags as parse_env_flags
 from orch.spec_errors import SpecError
 from orch.spec_infra import conflicts, parse_infra
+from orch.spec_labels import RULES as LABEL_RULES
+from orch.spec_labels import label_problem, parse_labels
+from orch.spec_resource_fields import (
+    autostop_setting,
+    disk_size_gb,
+    image_ids,
+    max_hourly_cost,
+    memory_with_units,
+)
 from orch.spec_unsupported import (
     FILE_MOUNTS_STORAGE,
     IMAGE_DOCKER,
@@ -61,11 +73,17 @@ class JobRecovery(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _string_form(cls, value: Any) -> Any:
-        # SkyPilot accepts `job_recovery: failover` as well as the mapping form.
+        # SkyPilot accepts `job_recovery: failover` as well as the mapping form; `none`
+        # (its docs' example) and a null strategy mean the default strategy.
         if isinstance(value, str):
-            return {"strategy": value.upper()}
-        if isinstance(value, dict) and isinstance(value.get("strategy"), str):
-            return {**value, "strategy": value["strategy"].upper()}
+            value = {"strategy": value}
+        if isinstance(value, dict) and "strategy" in value:
+            strategy = value["strategy"]
+            rest = {k: v for k, v in value.items() if k != "strategy"}
+            if strategy is None or (isinstance(strategy, str) and strategy.upper() == "NONE"):
+                return rest
+            if isinstance(strategy, str):
+                return {**rest, "strategy": strategy.upper()}
         return value
 
 
@@ -83,8 +101,13 @@ class Resources(_Strict):
     accelerators: dict[str, int] | None = None
     use_spot: bool = False
     disk_size: int = Field(default=256, ge=1)
+    disk_tier: DiskTier | None = None  # None: the cloud's default, SkyPilot's medium
+    network_tier: NetworkTier | None = None
     ports: list[str] = Field(default_factory=list)
-    image_id: str | None = None
+    image_id: str | dict[str, str] | None = None  # a mapping: region → image
+    labels: dict[str, str] = Field(default_factory=dict)
+    max_hourly_cost: float | None = None  # US dollars per node and hour
+    autostop: Autostop | None = None
     job_recovery: JobRecovery | None = None
     any_of: list[Resources] | None = None
     ordered: list[Resources] | None = None
@@ -124,9 +147,10 @@ class Resources(_Strict):
                 return {**data, "accelerators": single}
             choices = [{name: count or 1} for name, count in parsed.items()]
             key = "any_of"
-        if data.get("any_of") or data.get("ordered"):
-            raise ValueError("a list or set of accelerators cannot be combined with any_of/ordered")
         base = {k: v for k, v in data.items() if k != "accelerators"}
+        entries = base.get("any_of") or base.get("ordered")
+        if isinstance(entries, list):
+            return _cross_product(base, entries, choices, key)
         alternatives = [{**base, "accelerators": choice} for choice in choices]
         return {**base, key: alternatives}
 
@@ -159,9 +183,18 @@ class Resources(_Strict):
     @field_validator("image_id", mode="before")
     @classmethod
     def _image_id(cls, value: Any) -> Any:
-        if isinstance(value, str) and value.strip().lower().startswith("docker:"):
+        images = value.values() if isinstance(value, dict) else [value]
+        if any(isinstance(i, str) and i.strip().lower().startswith("docker:") for i in images):
             raise ValueError(UNSUPPORTED[IMAGE_DOCKER])
-        return value
+        return image_ids(value)
+
+    # The field parsers of spec_resource_fields / spec_labels, one line each.
+    _disk_size = field_validator("disk_size", mode="before")(
+        lambda v: disk_size_gb(v) if v is not None else 256)
+    _labels = field_validator("labels", mode="before")(parse_labels)
+    _max_hourly_cost = field_validator("max_hourly_cost", mode="before")(
+        lambda v: None if v is None else max_hourly_cost(v))
+    _autostop = field_validator("autostop", mode="before")(autostop_setting)
 
     @field_validator("cpus", mode="before")
     @classmethod
@@ -171,7 +204,7 @@ class Resources(_Strict):
     @field_validator("memory", mode="before")
     @classmethod
     def _memory(cls, value: Any) -> str | None:
-        return number_or_plus(value, "memory")
+        return number_or_plus(memory_with_units(value), "memory")
 
     @field_validator("ports", mode="before")
     @classmethod
@@ -194,14 +227,28 @@ class Resources(_Strict):
         return self
 
     def alternatives(self) -> list[Resources]:
-        """The concrete choices: each ``any_of``/``ordered`` entry inherits unset fields."""
+        """The concrete choices: each ``any_of``/``ordered`` entry inherits unset fields; a
+        per-region ``image_id`` makes one choice per region it names (SkyPilot: failover
+        goes only through those regions)."""
         options = self.any_of or self.ordered
         if not options:
-            return [self]
+            return self._per_image_region()
         base = self.model_dump(exclude={"any_of", "ordered"}, exclude_unset=True)
-        return [
-            Resources.model_validate({**base, **o.model_dump(exclude_unset=True)}) for o in options
-        ]
+        merged = [Resources.model_validate({**base, **o.model_dump(exclude_unset=True)})
+                  for o in options]
+        return [choice for option in merged for choice in option._per_image_region()]
+
+    def _per_image_region(self) -> list[Resources]:
+        if not isinstance(self.image_id, dict):
+            return [self]
+        if self.region is not None:
+            image = self.image_id.get(self.region)
+            if image is None:
+                raise ValueError(f"image_id names no image for region {self.region!r} "
+                                 f"(it has {', '.join(self.image_id)})")
+            return [self.model_copy(update={"image_id": image})]
+        return [self.model_copy(update={"region": region, "image_id": image})
+                for region, image in self.image_id.items()]
 
     @property
     def is_ordered(self) -> bool:
@@ -220,6 +267,25 @@ class Resources(_Strict):
         return float(self.memory.rstrip("+"))
 
 
+def _cross_product(base: dict[str, Any], entries: list[Any], choices: list[Any],
+                   accelerators_kind: str) -> dict[str, Any]:
+    """Accelerator choices beside ``any_of``/``ordered`` entries: every entry with every
+    accelerator (an entry naming its own accelerators keeps them), as SkyPilot does. The
+    result is ordered only when both lists are (entry by entry, accelerators in order);
+    any set in the mix makes it ``any_of``."""
+    outer = "ordered" if base.get("ordered") else "any_of"
+    kind = "ordered" if outer == "ordered" and accelerators_kind == "ordered" else "any_of"
+    product = []
+    for entry in entries:
+        if isinstance(entry, dict) and "accelerators" in entry:
+            product.append(entry)
+            continue
+        product += [{**(entry if isinstance(entry, dict) else {}), "accelerators": choice}
+                    for choice in choices]
+    rest = {k: v for k, v in base.items() if k not in ("any_of", "ordered")}
+    return {**rest, kind: product}
+
+
 class Task(_Strict):
     """One task: SkyPilot's task YAML fields. Paths are absolute after loading."""
 
@@ -228,6 +294,9 @@ class Task(_Strict):
     num_nodes: int = Field(default=1, ge=1)
     resources: Resources = Field(default_factory=Resources)
     envs: dict[str, str] = Field(default_factory=dict)
+    # Given to setup and run like envs (winning over an env of the same name), shown as
+    # <redacted> everywhere else: see orch.secret.
+    secrets: dict[str, Secret] = Field(default_factory=dict)
     file_mounts: dict[str, str] = Field(default_factory=dict)
     setup: str | None = None
     run: str | None = None
@@ -250,18 +319,13 @@ class Task(_Strict):
     @classmethod
     def _envs(cls, value: Any) -> dict[str, str]:
         """Values as strings; null stays as "" (SkyPilot's "required": see spec_envs)."""
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise ValueError("expected a mapping of NAME: value")
-        envs = {}
-        for key, item in value.items():
-            if not is_env_name(str(key)):
-                raise ValueError(f"{key!r} is not a valid environment variable name")
-            if isinstance(item, dict | list):
-                raise ValueError(f"{key}: expected a string or a number, got {item!r}")
-            envs[str(key)] = "" if item is None else str(item)
-        return envs
+        return variables_as_written(value, quote=True)
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secrets(cls, value: Any) -> dict[str, Any]:
+        """Like envs, but no message ever quotes a value."""
+        return variables_as_written(value, quote=False)
 
     @field_validator("file_mounts", mode="before")
     @classmethod
@@ -325,6 +389,22 @@ def describe_error(error: dict[str, Any], fields_at: Callable[[list[str]], list[
     return field, message
 
 
+def _choice_problems(resources: Resources) -> list[tuple[str, str]]:
+    """Checks that need the resources' final choices: per-region images, and labels
+    against each cloud a choice may land on (orch.spec_labels)."""
+    try:
+        choices = resources.alternatives()
+    except ValueError as exc:
+        return [("resources.image_id", str(exc))]
+    for choice in choices:
+        problem = label_problem(choice.labels, [choice.cloud] if choice.cloud
+                                else sorted(LABEL_RULES))
+        if problem:
+            where = "" if choice.cloud else " (with no cloud named, it may land there)"
+            return [("resources.labels", problem + where)]
+    return []
+
+
 def _resolve_path(path: str, base: Path) -> Path:
     expanded = Path(os.path.expanduser(path))
     return expanded if expanded.is_absolute() else (base / expanded)
@@ -357,18 +437,19 @@ def _substituted(task: Task) -> Task:
 
 
 def parse_task(data: Any, source: str, base: Path | None = None, prefix: str = "", *,
-               envs: Mapping[str, str] | None = None, as_written: bool = True) -> Task:
+               envs: Mapping[str, str] | None = None,
+               secrets: Mapping[str, object] | None = None, as_written: bool = True) -> Task:
     """Validate one task mapping; relative paths resolve against ``base`` (default: cwd).
-    ``envs`` (the command line's) override the task's before anything reads them. A task
-    ``as_written`` by the user gets SkyPilot's env rules (spec_envs): a required env still
-    empty is refused, ``$VAR`` in paths is filled; a task loaded before has had them."""
+    ``envs`` and ``secrets`` (the command line's) override the task's before anything
+    reads them. A task ``as_written`` by the user gets SkyPilot's env rules (spec_envs): a
+    required env or secret still empty is refused, ``$VAR`` in paths is filled (from envs
+    only); a task loaded before has had them."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise SpecError(source, [(prefix.rstrip("."), "expected a mapping of task fields")])
-    written: Mapping[object, object] = data["envs"] if isinstance(data.get("envs"), dict) else {}
-    if envs and isinstance(data.get("envs") or {}, dict):
-        data = {**data, "envs": {**(data.get("envs") or {}), **envs}}
+    data, written = given_over(data, "envs", envs)
+    data, written_secrets = given_over(data, "secrets", secrets)
     try:
         task = Task.model_validate(data)
     except ValidationError as exc:
@@ -376,12 +457,13 @@ def parse_task(data: Any, source: str, base: Path | None = None, prefix: str = "
                     for e in exc.errors()]
         located = [(prefix + f if f else prefix.rstrip("."), m) for f, m in problems]
         raise SpecError(source, located) from None
+    choice_problems = _choice_problems(task.resources)
+    if choice_problems:
+        raise SpecError(source, [(prefix + f, m) for f, m in choice_problems])
     if as_written:
-        missing = [n for n in required_envs(written) if task.envs.get(n, "") == ""]
+        missing = still_required(task.envs, task.secrets, written, written_secrets, prefix)
         if missing:
-            raise SpecError(source, [(f"{prefix}envs.{name}", "required (null or empty in "
-                                      f"the task): give it with --env {name}=VALUE or "
-                                      "--env-file") for name in missing])
+            raise SpecError(source, missing)
         task = _substituted(task)
     task, problems = _check_paths(task, base or Path.cwd())
     if problems:
@@ -389,9 +471,10 @@ def parse_task(data: Any, source: str, base: Path | None = None, prefix: str = "
     return task
 
 
-def load_pipeline(path: str | Path, envs: Mapping[str, str] | None = None) -> Pipeline:
+def load_pipeline(path: str | Path, envs: Mapping[str, str] | None = None,
+                  secrets: Mapping[str, object] | None = None) -> Pipeline:
     """Load a task or pipeline YAML file. Relative paths resolve against the cwd, as in
-    SkyPilot; ``envs`` (from the command line) override every task's."""
+    SkyPilot; ``envs`` and ``secrets`` (from the command line) override every task's."""
     source = str(path)
     file = Path(path)
     if not file.is_file():
@@ -409,7 +492,8 @@ def load_pipeline(path: str | Path, envs: Mapping[str, str] | None = None) -> Pi
         documents = documents[1:]
     many = len(documents) > 1
     tasks = [
-        parse_task(doc, source, prefix=f"task[{i}]." if many else "", envs=envs)
+        parse_task(doc, source, prefix=f"task[{i}]." if many else "", envs=envs,
+                   secrets=secrets)
         for i, doc in enumerate(documents)
     ]
     return Pipeline(name=name or tasks[0].name, tasks=tasks)

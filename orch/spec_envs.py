@@ -1,4 +1,5 @@
-"""A task's environment variables, by SkyPilot's rules.
+"""A task's environment variables (and secrets, which follow the same rules), by
+SkyPilot's rules.
 
 * ``envs: {NAME: null}`` (or an empty value) means *required*: the launch is refused,
   naming the variable, unless the command line gives it.
@@ -23,6 +24,9 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
 
 from orch.spec_errors import SpecError
 
@@ -42,6 +46,50 @@ def required_envs(written: Mapping[object, object]) -> list[str]:
     return [str(name) for name, value in written.items() if value is None or value == ""]
 
 
+def variables_as_written(value: Any, quote: bool) -> dict[str, Any]:
+    """``envs`` or ``secrets`` as written: checked names, values as strings (a null as "",
+    SkyPilot's "required"), a secret already validated kept; ``quote`` a bad value in the
+    message or not."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("expected a mapping of NAME: value")
+    variables: dict[str, Any] = {}
+    for key, item in value.items():
+        if not is_env_name(str(key)):
+            raise ValueError(f"{key!r} is not a valid environment variable name")
+        if isinstance(item, dict | list):
+            raise ValueError(f"{key}: expected a string or a number"
+                             + (f", got {item!r}" if quote else ""))
+        variables[str(key)] = item if isinstance(item, SecretStr) else (
+            "" if item is None else str(item))
+    return variables
+
+
+def given_over(data: dict[str, Any], field: str, values: Mapping[str, object] | None
+               ) -> tuple[dict[str, Any], Mapping[object, object]]:
+    """``data`` with the command line's ``values`` over its ``field`` (envs or secrets),
+    and that field as written (to find the required names)."""
+    written = data[field] if isinstance(data.get(field), dict) else {}
+    if values and isinstance(data.get(field) or {}, dict):
+        data = {**data, field: {**(data.get(field) or {}), **values}}
+    return data, written
+
+
+def still_required(envs: Mapping[str, str], secrets: Mapping[str, SecretStr],
+                   written_envs: Mapping[object, object], written_secrets: Mapping[object, object],
+                   prefix: str) -> list[tuple[str, str]]:
+    """The required envs and secrets (null or empty in the task) still without a value."""
+    missing = [(f"{prefix}envs.{name}", f"required (null or empty in the task): give it "
+                f"with --env {name}=VALUE or --env-file")
+               for name in required_envs(written_envs) if envs.get(name, "") == ""]
+    return missing + [
+        (f"{prefix}secrets.{name}", f"required (null or empty in the task): give it with "
+         f"--secret {name}=VALUE, or --secret {name} to take it from your environment")
+        for name in required_envs(written_secrets)
+        if name not in secrets or not secrets[name].get_secret_value()]
+
+
 def substitute(text: str, envs: Mapping[str, str]) -> str:
     """``${NAME}`` / ``$NAME`` → the task's value; names it does not define stay."""
     def value(match: re.Match[str]) -> str:
@@ -52,12 +100,14 @@ def substitute(text: str, envs: Mapping[str, str]) -> str:
 
 
 def parse_env_flags(values: list[str], source: str = "--env") -> dict[str, str]:
-    """``K=V`` pairs; a bare ``K`` takes its value from this process's environment."""
+    """``K=V`` pairs; a bare ``K`` takes its value from this process's environment. A
+    message quotes the flag's value, except for ``--secret`` (only its name)."""
     envs = {}
     for item in values:
         key, sep, value = item.partition("=")
         if not is_env_name(key):
-            raise SpecError(source, [("", f"{item!r}: expected NAME=VALUE or NAME, with a "
+            shown = repr(item) if source != "--secret" else repr(key + sep + "…" * bool(sep))
+            raise SpecError(source, [("", f"{shown}: expected NAME=VALUE or NAME, with a "
                                           "NAME of letters, digits and '_'")])
         if not sep:
             if key not in os.environ:

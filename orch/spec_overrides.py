@@ -1,11 +1,13 @@
 """Command-line flags that override a task's YAML (``orch launch --cloud aws task.yaml``),
 applied by SkyPilot's rules: ``--infra`` replaces the whole place, ``--gpus`` the
-accelerator choices, ``--env`` adds to (and wins over) the task's envs."""
+accelerator choices, ``--env`` adds to (and wins over) the task's envs, ``--secret`` to
+its secrets."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orch.secret import Secret
 from orch.spec import SpecError, Task, parse_task
 from orch.spec_infra import conflicts, parse_infra
 
@@ -26,7 +28,13 @@ class Overrides(BaseModel):
     gpus: str | None = None
     num_nodes: int | None = None
     use_spot: bool | None = None
+    disk_size: str | None = None
+    disk_tier: str | None = None
+    network_tier: str | None = None
+    image_id: str | None = None
+    ports: list[str] | None = None
     envs: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, Secret] = Field(default_factory=dict)
     workdir: str | None = None
 
 
@@ -37,7 +45,8 @@ def apply_overrides(task: Task, overrides: Overrides, source: str = "command lin
     if overrides.infra is not None:  # the whole place, as SkyPilot's --infra
         resources = {k: v for k, v in resources.items() if k not in ("cloud", "region", "zone")}
         resources["infra"] = overrides.infra
-    for key in ("cloud", "region", "zone", "instance_type", "cpus", "memory", "use_spot"):
+    for key in ("cloud", "region", "zone", "instance_type", "cpus", "memory", "use_spot",
+                "disk_size", "disk_tier", "network_tier", "image_id", "ports"):
         value = getattr(overrides, key)
         if value is not None:
             resources[key] = value
@@ -53,6 +62,7 @@ def apply_overrides(task: Task, overrides: Overrides, source: str = "command lin
     if overrides.workdir is not None:
         data["workdir"] = overrides.workdir
     data["envs"] = {**task.envs, **overrides.envs}
+    data["secrets"] = {**task.secrets, **overrides.secrets}
     return parse_task(data, source, as_written=False)
 
 

@@ -15,6 +15,8 @@ import re
 IMAGE_DOCKER = "resources.image_id: docker:<image>"
 WORKDIR_GIT = "workdir: {url, ref}"
 FILE_MOUNTS_STORAGE = "file_mounts: bucket URI or {name, source, store, mode}"
+AUTOSTOP_HOOK = "resources.autostop.hook"
+AUTOSTOP_WAIT_NONE = "resources.autostop.wait_for: none"
 
 
 def _refused(field: str, why: str) -> str:
@@ -27,21 +29,14 @@ UNSUPPORTED: dict[str, str] = {
     "service": _refused("service", "orch runs clusters and managed jobs, not SkyServe "
                         "services"),
     "volumes": _refused("volumes", "orch does not attach volumes"),
-    "secrets": _refused("secrets", "not yet; pass the value with --env NAME (taken from "
-                        "your environment) meanwhile"),
     "resources.accelerator_args": _refused("resources.accelerator_args", "orch does not "
                                            "run TPUs"),
-    "resources.autostop": _refused("resources.autostop", "give it on the command line: "
-                                   "orch launch -i MINUTES [--down]"),
-    "resources.labels": _refused("resources.labels", "orch does not put user labels on "
-                                 "instances yet"),
-    "resources.disk_tier": _refused("resources.disk_tier", "orch uses each cloud's default "
-                                    "disk type"),
-    "resources.network_tier": _refused("resources.network_tier", "orch uses each cloud's "
-                                       "default networking"),
-    "resources.max_hourly_cost": _refused("resources.max_hourly_cost", "orch's optimizer "
-                                          "does not cap the price yet"),
     "resources.volumes": _refused("resources.volumes", "orch does not attach volumes"),
+    AUTOSTOP_HOOK: _refused(AUTOSTOP_HOOK, "orch stops a cluster from its controller and "
+                            "runs no script on the node first; save state at the end of run "
+                            "instead"),
+    AUTOSTOP_WAIT_NONE: _refused(AUTOSTOP_WAIT_NONE, "orch never stops a cluster with a "
+                                 "job pending or running"),
     IMAGE_DOCKER: _refused("resources.image_id: docker:<image>", "orch runs the task on "
                            "the VM, not in a container"),
     WORKDIR_GIT: _refused("workdir: {url, ref}", "orch syncs a local directory; clone the "

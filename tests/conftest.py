@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+
+from orch.client.codec import CodecKey, orch_data_converter
 
 BIN_DIR = Path(sys.executable).parent
 
@@ -26,7 +27,7 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     """One time-skipping test server for the session (starting one costs seconds)."""
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=test_server_path(),
-        data_converter=pydantic_data_converter,
+        data_converter=orch_data_converter(CodecKey.generate("the test session")),
     )
     try:
         yield env

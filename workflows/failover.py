@@ -58,7 +58,8 @@ with workflow.unsafe.imports_passed_through():
         retry_backoff_s,
     )
     from orch.records import FAILOVER_WORKFLOW, PROGRESS_SIGNAL, LaunchProgress, Placement
-    from orch.spec import Task
+    from orch.spec import Resources, Task
+    from orch.spec_resource_fields import image_for
     from orch.summaries import attempt_phrase, instances_call, provision_call
     from workflows.options import (
         CLOUD_CALL,
@@ -75,6 +76,13 @@ ROUNDS_PER_RUN = 10  # --retry-until-up rounds per workflow run, then continue-a
 # workflow.patched ids: a changed command sequence for histories recorded before it.
 RETRY_LIMIT_PATCH = "failover-retry-limit"  # unblocked failures count; throttling backs off
 CONTINUE_AS_NEW_PATCH = "failover-continue-as-new"  # retry-until-up rounds continue-as-new
+
+
+def _resources_of(task: Task, candidate: Candidate) -> Resources:
+    """The resources ``candidate`` was planned for: its ``any_of``/``ordered`` choice (with
+    that choice's image, disk, labels and ports), or the task's own."""
+    choices = task.resources.alternatives()
+    return choices[candidate.alternative] if candidate.alternative < len(choices) else choices[0]
 
 
 class FailoverInput(BaseModel):
@@ -127,7 +135,7 @@ class FailoverWorkflow:
         while True:
             await self._report(request, "waiting for a launch permit", waiting_for_permit=True)
             permit = await acquire_permit("launch", on_queued=lambda ahead: self._show(
-                f"waiting for a launch permit: {ahead} ahead when it queued"))
+                f"waiting for a launch permit: about {ahead} ahead when it queued"))
             await self._report(request, "got a launch permit", waiting_for_permit=False)
             try:
                 output = await self._round(request)
@@ -206,6 +214,7 @@ class FailoverWorkflow:
     ) -> FailoverOutput | None:
         """Try each unblocked zone of ``candidate``; None when every zone failed."""
         zones: list[str | None] = list(candidate.zones) or [None]
+        resources = _resources_of(request.task, candidate)
         for zone in zones:
             if self.blocklist.blocks(candidate.cloud, candidate.region, zone,
                                      candidate.instance_type, candidate.use_spot):
@@ -225,9 +234,12 @@ class FailoverWorkflow:
                 instance_type=candidate.instance_type,
                 accelerators=candidate.accelerators,
                 use_spot=candidate.use_spot,
-                disk_size=request.task.resources.disk_size,
-                image_id=request.task.resources.image_id,
-                ports=request.task.resources.ports,
+                disk_size=resources.disk_size,
+                disk_tier=resources.disk_tier,
+                network_tier=resources.network_tier,
+                labels=resources.labels,
+                image_id=image_for(resources.image_id, candidate.region),
+                ports=resources.ports,
                 idempotency_token=f"{workflow.info().workflow_id}/{self.log.total}",
                 ssh_public_key=request.ssh_public_key,
                 cpus=candidate.cpus,

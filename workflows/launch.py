@@ -140,7 +140,8 @@ class LaunchWorkflow:
             await workflow.execute_activity(
                 run_setup,
                 SetupRequest(info=info, cluster_name=request.cluster_name, setup=task.setup,
-                             envs=task.envs, job_id=request.job_id, job_name=task.name),
+                             envs=task.envs, secrets=task.secrets, job_id=request.job_id,
+                             job_name=task.name),
                 **LONG_CALL, summary=on_nodes("run the task's setup", info),
             )
         workflow.set_current_details(f"**Done:** {on_nodes('ready', info)}")

@@ -71,8 +71,9 @@ with workflow.unsafe.imports_passed_through():
         LAUNCH_SEMAPHORE_WORKFLOW,
         PERMIT_KINDS,
         PERMITS_QUERY,
-        QUEUE_POSITION_QUERY,
         RELEASE_SIGNAL,
+        SA_LAUNCH_HOLDERS,
+        SA_LAUNCH_WAITING,
         AcquireRequest,
         LaunchSemaphoreInput,
         PermitGrant,
@@ -84,8 +85,8 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
-LAUNCH_HOLDERS_ATTRIBUTE = SearchAttributeKey.for_int("OrchLaunchHolders")
-LAUNCH_WAITING_ATTRIBUTE = SearchAttributeKey.for_int("OrchLaunchWaiting")
+LAUNCH_HOLDERS_ATTRIBUTE = SearchAttributeKey.for_int(SA_LAUNCH_HOLDERS)
+LAUNCH_WAITING_ATTRIBUTE = SearchAttributeKey.for_int(SA_LAUNCH_WAITING)
 
 # Grant signals sent at once; Temporal allows 2,000 pending outgoing signals per workflow.
 GRANTS_IN_FLIGHT = 500
@@ -141,15 +142,6 @@ class LaunchSemaphoreWorkflow:
     @workflow.query(name=PERMITS_QUERY)
     def permits(self) -> SemaphoreView:
         return SemaphoreView(pools=[self._pool_view(kind) for kind in PERMIT_KINDS])
-
-    @workflow.query(name=QUEUE_POSITION_QUERY)
-    def queue_position(self, request_id: str) -> int | None:
-        """How many requests wait ahead of ``request_id``; None if it is not waiting."""
-        for kind in PERMIT_KINDS:
-            waiters = [w.request_id for w in self._state.pool(kind).waiters]
-            if request_id in waiters:
-                return waiters.index(request_id)
-        return None
 
     def _pool_view(self, kind: PermitKind) -> PoolView:
         pool = self._state.pool(kind)

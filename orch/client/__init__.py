@@ -34,11 +34,11 @@ from temporalio.client import (
     WorkflowUpdateStage,
 )
 from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCStatusCode
 
 from orch.client.attribution import requester, start_attributes
+from orch.client.codec import CodecKeyError, orch_data_converter
 from orch.clouds.base import NodeInfo
 from orch.config import TASK_QUEUE, TemporalSettings
 from orch.lifecycle import Autostop
@@ -127,16 +127,21 @@ def tls_option(settings: TemporalSettings) -> TLSConfig | bool | None:
 
 async def connect_temporal(settings: TemporalSettings,
                            timeout_s: float = CONNECT_TIMEOUT_S) -> TemporalClient:
-    """Connect with retries (a dev server that just opened its port may not serve yet)."""
+    """Connect with retries (a dev server that just opened its port may not serve yet),
+    with orch's data converter (``orch.client.codec``: secrets are encrypted)."""
     assert settings.address
     tls = tls_option(settings)
+    try:
+        converter = orch_data_converter()
+    except CodecKeyError as err:
+        raise OrchError(str(err), "InvalidSettings") from None
     api_key = os.environ.get(settings.api_key_env) or None
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         try:
             return await TemporalClient.connect(
                 settings.address, namespace=settings.namespace, tls=tls, api_key=api_key,
-                data_converter=pydantic_data_converter,
+                data_converter=converter,
             )
         except RuntimeError:
             if asyncio.get_running_loop().time() > deadline:
@@ -259,8 +264,10 @@ class Client:
     @staticmethod
     def launch_request(task: Task, *, retry_until_up: bool, autostop: Autostop | None,
                        new_cluster: bool) -> LaunchRequest:
-        """A cluster the launch creates gets the config's default autostop unless one is
-        given; a reused cluster keeps its own setting (``orch autostop`` may have set it)."""
+        """The autostop given (the -i flags), else the task's ``resources.autostop``, as
+        SkyPilot does; a cluster the launch creates gets the config's default when neither
+        says one; a reused cluster otherwise keeps its own (``orch autostop`` may have set it)."""
+        autostop = autostop or task.resources.autostop
         if new_cluster:
             autostop = load_settings().launch_autostop(autostop)
         return LaunchRequest(task=task, retry_until_up=retry_until_up, autostop=autostop)

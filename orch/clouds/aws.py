@@ -53,6 +53,7 @@ from orch.clouds.errors import (
     QuotaError,
     TransientError,
 )
+from orch.clouds.tiers import aws_ebs, wants_best_network
 from orch.settings import load_settings
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,10 @@ def _instance_type_info(ec2: Any, instance_type: str) -> dict[str, Any]:
     info: dict[str, Any] = ec2.describe_instance_types(
         InstanceTypes=[instance_type])["InstanceTypes"][0]
     return info
+
+
+def _supports_efa(info: dict[str, Any]) -> bool:
+    return bool(info.get("NetworkInfo", {}).get("EfaSupported"))
 
 
 def _architecture(info: dict[str, Any]) -> str:
@@ -199,9 +204,10 @@ class AWSProvider:
         if to_create:
             request = self._launch_request(ec2, config, instance_type)
             for index in to_create:
-                if zone and "SubnetId" not in request:
+                if zone and not aws_network.has_subnet(request):
                     with translated(zone):
-                        request["SubnetId"] = aws_network.default_subnet_id(ec2, zone)
+                        aws_network.place_in_subnet(
+                            request, aws_network.default_subnet_id(ec2, zone))
                 instance = self._launch_node(ec2, config, request, zone, index)
                 # Without a zone EC2 picks one for the head; the other nodes follow it.
                 zone = zone or instance["Placement"]["AvailabilityZone"]
@@ -227,15 +233,16 @@ class AWSProvider:
             if not images:
                 raise InvalidConfigError(f"image {image_id} does not exist in {config.region}",
                                          code="InvalidAMIID.NotFound")
+            group = aws_network.ensure_security_group(ec2, config.cluster_name, config.ports)
             request: dict[str, Any] = {
                 "ImageId": image_id,
                 "InstanceType": instance_type,
-                "SecurityGroupIds": [aws_network.ensure_security_group(
-                    ec2, config.cluster_name, config.ports)],
+                **aws_network.interfaces(group, efa=wants_best_network(config.network_tier)
+                                         and _supports_efa(info)),
                 "BlockDeviceMappings": [{
                     "DeviceName": images[0]["RootDeviceName"],
-                    "Ebs": {"VolumeSize": config.disk_size, "VolumeType": "gp3",
-                            "DeleteOnTermination": True},
+                    "Ebs": {"VolumeSize": config.disk_size, "DeleteOnTermination": True,
+                            **aws_ebs(config.disk_tier, instance_type, config.disk_size)},
                 }],
             }
             if config.ssh_public_key:
@@ -250,7 +257,8 @@ class AWSProvider:
         index: int,
     ) -> dict[str, Any]:
         request = {**shared, "MinCount": 1, "MaxCount": 1,
-                   "TagSpecifications": node_tag_specifications(config.cluster_name, index)}
+                   "TagSpecifications": node_tag_specifications(config.cluster_name, index,
+                                                                config.labels)}
         token = client_token(config.idempotency_token, config.cluster_name, config.region, index)
         if token:
             request["ClientToken"] = token

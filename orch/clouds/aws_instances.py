@@ -10,6 +10,7 @@ the instance it already made, even while DescribeInstances does not list it yet.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from orch.clouds.base import TAG_CLUSTER, TAG_NODE_KIND, InstanceStatus
@@ -93,13 +94,19 @@ def client_token(idempotency_token: str, cluster_name: str, region: str, index: 
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def node_tag_specifications(cluster_name: str, index: int) -> list[dict[str, Any]]:
+def node_tag_specifications(cluster_name: str, index: int,
+                            labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """orch's tags (the cluster tag first: volumes get only it), then the task's labels; a
+    label ``Name`` replaces orch's display name."""
     kind = HEAD if index == 0 else WORKER
+    name = f"{cluster_name}-{kind}" + (f"-{index}" if index else "")
+    given = dict(labels or {})
     tags = [
         {"Key": TAG_CLUSTER, "Value": cluster_name},
         {"Key": TAG_NODE_KIND, "Value": kind},
         {"Key": TAG_NODE_INDEX, "Value": str(index)},
-        {"Key": "Name", "Value": f"{cluster_name}-{kind}" + (f"-{index}" if index else "")},
+        {"Key": "Name", "Value": given.pop("Name", name)},
+        *({"Key": key, "Value": value} for key, value in given.items()),
     ]
     return [{"ResourceType": "instance", "Tags": tags},
             {"ResourceType": "volume", "Tags": tags[:1]}]

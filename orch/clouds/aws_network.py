@@ -41,6 +41,28 @@ def default_vpc_id(ec2: Any) -> str:
     return vpc_id
 
 
+def interfaces(group_id: str, *, efa: bool) -> dict[str, Any]:
+    """RunInstances' networking: the security group alone, or (network_tier: best on a
+    type with EFA) one EFA interface holding it; an EFA interface must name its subnet and
+    ask for a public address itself."""
+    if not efa:
+        return {"SecurityGroupIds": [group_id]}
+    return {"NetworkInterfaces": [{"DeviceIndex": 0, "InterfaceType": "efa",
+                                   "Groups": [group_id], "DeleteOnTermination": True,
+                                   "AssociatePublicIpAddress": True}]}
+
+
+def has_subnet(request: dict[str, Any]) -> bool:
+    nics = request.get("NetworkInterfaces")
+    return "SubnetId" in (nics[0] if nics else request)
+
+
+def place_in_subnet(request: dict[str, Any], subnet_id: str) -> None:
+    """Sets the subnet where RunInstances wants it: on the interface when there is one."""
+    nics = request.get("NetworkInterfaces")
+    (nics[0] if nics else request)["SubnetId"] = subnet_id
+
+
 def default_subnet_id(ec2: Any, zone: str) -> str:
     """The default VPC's subnet in ``zone`` (EC2 creates one per zone)."""
     subnets = ec2.describe_subnets(Filters=[

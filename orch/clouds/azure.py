@@ -301,7 +301,8 @@ class AzureProvider:
             for name in names)
         nics = _run_all(partial(
             self._network.network_interfaces.begin_create_or_update, group, res.nic_name(name),
-            res.nic_body(region, cluster, subnet_id or "", ip.id or ""))
+            res.nic_body(region, cluster, subnet_id or "", ip.id or "",
+                         accelerated=res.accelerated_networking(config)))
             for name, ip in zip(names, ips, strict=True))
         _run_all(partial(
             self._compute.virtual_machines.begin_create_or_update, group, name,

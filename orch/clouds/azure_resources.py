@@ -16,6 +16,7 @@ from azure.mgmt.network import models as network
 
 from orch.clouds.base import TAG_CLUSTER, TAG_NODE_KIND, ProvisionConfig
 from orch.clouds.errors import InvalidConfigError
+from orch.clouds.tiers import azure_storage_account_type, wants_best_network
 
 ADMIN_USER = "azureuser"
 SUBNET = "default"
@@ -127,8 +128,14 @@ def public_ip_body(region: str, cluster_name: str, zone: str | None) -> network.
         properties=network.PublicIPAddressPropertiesFormat(public_ip_allocation_method="Static"))
 
 
+def accelerated_networking(config: ProvisionConfig) -> bool:
+    """network_tier: best, on sizes that offer it (2+ vCPUs, as Azure documents)."""
+    return wants_best_network(config.network_tier) and config.cpus >= 2
+
+
 def nic_body(
-    region: str, cluster_name: str, subnet_id: str, public_ip_id: str
+    region: str, cluster_name: str, subnet_id: str, public_ip_id: str, *,
+    accelerated: bool = False,
 ) -> network.NetworkInterface:
     ip_config = network.NetworkInterfaceIPConfiguration(
         name="primary",
@@ -138,7 +145,8 @@ def nic_body(
             public_ip_address=network.PublicIPAddress(id=public_ip_id)))
     return network.NetworkInterface(
         location=region, tags={TAG_CLUSTER: cluster_name},
-        properties=network.NetworkInterfacePropertiesFormat(ip_configurations=[ip_config]))
+        properties=network.NetworkInterfacePropertiesFormat(
+            ip_configurations=[ip_config], enable_accelerated_networking=accelerated or None))
 
 
 def check_vm_config(config: ProvisionConfig) -> tuple[str, str, compute.ImageReference]:
@@ -164,7 +172,8 @@ def vm_body(config: ProvisionConfig, name: str, is_head: bool, nic_id: str
                 disk_size_gb=config.disk_size,
                 delete_option="Delete",
                 managed_disk=compute.ManagedDiskParameters(
-                    storage_account_type="StandardSSD_LRS"))),
+                    storage_account_type=azure_storage_account_type(config.disk_tier,
+                                                                    instance_type)))),
         os_profile=compute.OSProfile(
             computer_name=name,
             admin_username=ADMIN_USER,
@@ -184,7 +193,7 @@ def vm_body(config: ProvisionConfig, name: str, is_head: bool, nic_id: str
     zone = azure_zone(config.zone)
     return compute.VirtualMachine(
         location=config.region,
-        tags={TAG_CLUSTER: config.cluster_name,
+        tags={**config.labels, TAG_CLUSTER: config.cluster_name,
               TAG_NODE_KIND: "head" if is_head else "worker"},
         zones=[zone] if zone else None,
         properties=properties,

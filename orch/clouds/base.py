@@ -13,6 +13,8 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orch.clouds.tiers import DiskTier, NetworkTier
+
 TAG_CLUSTER = "orch-cluster"
 TAG_NODE_KIND = "orch-node"  # "head" or "worker"
 
@@ -41,6 +43,9 @@ class ProvisionConfig(_Record):
     accelerators: dict[str, int] | None = None  # GCP attaches some GPUs to a host type
     use_spot: bool = False
     disk_size: int = 256
+    disk_tier: DiskTier | None = None  # see orch.clouds.tiers
+    network_tier: NetworkTier | None = None
+    labels: dict[str, str] = Field(default_factory=dict)  # the task's, beside orch's tags
     image_id: str | None = None
     ports: list[str] = Field(default_factory=list)
     resume_stopped: bool = True

@@ -12,10 +12,12 @@ import re
 from typing import Any
 
 from orch.clouds.base import TAG_CLUSTER, TAG_NODE_KIND, InstanceStatus, NodeInfo, ProvisionConfig
+from orch.clouds.tiers import gcp_disk, wants_best_network
 
 HEAD, WORKER = "head", "worker"
 DEFAULT_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
 DEFAULT_NETWORK = "global/networks/default"
+TIER_1_MIN_VCPUS = 30  # GCP's Tier_1 networking needs N2/C2/C3/... types this large
 _MAX_CLUSTER_PART = 40  # leaves room for "-worker-<i>" within GCP's 63 characters
 _GCP_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
@@ -90,7 +92,7 @@ def instance_body(
     body: dict[str, Any] = {
         "name": name,
         "machineType": f"zones/{zone}/machineTypes/{config.instance_type}",
-        "labels": {TAG_CLUSTER: cloud_name, TAG_NODE_KIND: kind},
+        "labels": {**config.labels, TAG_CLUSTER: cloud_name, TAG_NODE_KIND: kind},
         "tags": {"items": [network_tag(cloud_name)]},
         "disks": [{
             "boot": True,
@@ -99,6 +101,7 @@ def instance_body(
             "initializeParams": {
                 "diskSizeGb": str(config.disk_size),
                 "sourceImage": config.image_id or DEFAULT_IMAGE,
+                **gcp_disk(config.disk_tier, config.instance_type, zone),
             },
         }],
         "networkInterfaces": [{
@@ -106,6 +109,8 @@ def instance_body(
             "accessConfigs": [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}],
         }],
     }
+    if wants_best_network(config.network_tier):
+        _best_network(body, config.cpus)
     if config.ssh_public_key:
         body["metadata"] = {
             "items": [{"key": "ssh-keys", "value": f"{ssh_user}:{config.ssh_public_key}"}]
@@ -122,6 +127,13 @@ def instance_body(
     if scheduling:
         body["scheduling"] = scheduling
     return body
+
+
+def _best_network(body: dict[str, Any], vcpus: float) -> None:
+    """gVNIC, and Tier_1 egress where GCP offers it (types of 30+ vCPUs)."""
+    body["networkInterfaces"][0]["nicType"] = "GVNIC"
+    if vcpus >= TIER_1_MIN_VCPUS:
+        body["networkPerformanceConfig"] = {"totalEgressBandwidthTier": "TIER_1"}
 
 
 def firewall_body(cloud_name: str, ports: list[str]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from orch.runtime import jobs
 from orch.runtime.jobs import JobSpec
+from orch.secret import clear_values
 from orch.status import JobStatus
 
 READ_WAIT_S = 0.5
@@ -33,6 +34,7 @@ def node_environment(spec: JobSpec, node_ips: list[str], rank: int) -> dict[str,
     ips = "\n".join(node_ips)
     return {
         **spec.envs,
+        **clear_values(spec.secrets),
         "ORCH_NODE_RANK": str(rank),
         "ORCH_NODE_IPS": ips,
         "ORCH_NUM_NODES": str(spec.num_nodes),

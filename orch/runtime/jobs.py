@@ -4,6 +4,11 @@ Run on the head through a command runner (``python -m orch.runtime.jobs ...``). 
 is a directory ``~/.orch-node/jobs/<id>/`` holding ``job.json`` (its record), ``spec.json``
 (what to run) and ``run.log`` (its output). Job output stays on the cluster; orch's
 workflows only ever see job ids and statuses.
+
+A task's secrets travel apart from the spec file the worker uploads (which holds none):
+``submit`` reads them from its environment (``ORCH_JOB_SECRETS``, JSON, set by the submit
+activity for this one command) and writes them into ``spec.json``, created 0600, the only
+place they are stored on the node, for the driver to put in the user's environment.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from orch.runtime.procfs import alive
+from orch.secret import Secret, reveal_context
 from orch.status import JobStatus
 
 if TYPE_CHECKING:  # not imported on the nodes, which only read specs
@@ -36,6 +42,7 @@ JOBS_DIR = Path("~/.orch-node/jobs").expanduser()
 WORKDIR = "~/sky_workdir"  # SkyPilot's name, so tasks written for it find their files
 DEFAULT_CPUS_PER_NODE = 0.5  # a job's bundle on each node when the task names no CPUs
 FOLLOW_POLL_S = 0.2
+SECRETS_ENV = "ORCH_JOB_SECRETS"
 
 
 class JobSpec(BaseModel):
@@ -45,6 +52,7 @@ class JobSpec(BaseModel):
     name: str | None = None
     run: str
     envs: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, Secret] = Field(default_factory=dict)  # over envs; see the docstring
     num_nodes: int = 1
     cluster_ips: list[str]  # every node of the cluster, head first: ranks follow this order
     cluster_name: str
@@ -59,7 +67,8 @@ class JobSpec(BaseModel):
         the synced workdir, with the task's envs (and ``extra_envs`` over them)."""
         return cls(
             id=job_id, name=task.name, run=task.run or "",
-            envs={**task.envs, **(extra_envs or {})}, num_nodes=task.num_nodes,
+            envs={**task.envs, **(extra_envs or {})}, secrets=task.secrets,
+            num_nodes=task.num_nodes,
             cluster_ips=[node.internal_ip for node in info.nodes], cluster_name=cluster_name,
             cpus_per_node=task.resources.min_cpus() or DEFAULT_CPUS_PER_NODE,
             workdir=WORKDIR, gcs_address=gcs_address,
@@ -150,7 +159,7 @@ def submit(spec: JobSpec) -> JobRecord:
         existing = read(spec.id)
         if existing is not None:
             return existing
-        (directory / "spec.json").write_text(spec.model_dump_json())
+        _write_private(directory / "spec.json", spec.model_dump_json(context=reveal_context()))
         record = JobRecord(id=spec.id, name=spec.name, status=JobStatus.PENDING,
                            submitted_at=now())
         write(record)
@@ -163,6 +172,23 @@ def submit(spec: JobSpec) -> JobRecord:
         record = record.model_copy(update={"driver_pid": driver.pid})
         write(record)
         return record
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``path`` readable by its owner only (it may hold secrets)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode otherwise
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+
+
+def spec_to_submit(path: Path) -> JobSpec:
+    """The uploaded spec, with the secrets ``submit`` got through its environment."""
+    spec = JobSpec.model_validate_json(path.read_text())
+    given = os.environ.pop(SECRETS_ENV, None)
+    if given:
+        spec = JobSpec.model_validate({**spec.model_dump(), "secrets": json.loads(given)})
+    return spec
 
 
 def record_setup_failure(job_id: int, name: str | None, output: str) -> JobRecord:
@@ -282,8 +308,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     if args.command == "submit":
-        spec = JobSpec.model_validate_json(Path(args.spec).expanduser().read_text())
-        _print_json(submit(spec).model_dump(mode="json"))
+        _print_json(submit(spec_to_submit(Path(args.spec).expanduser())).model_dump(mode="json"))
     elif args.command == "setup-failed":
         output = Path(args.output_file).expanduser().read_text()
         _print_json(record_setup_failure(args.id, args.name, output).model_dump(mode="json"))

@@ -237,3 +237,27 @@ async def test_nothing_anywhere_fails_with_every_attempt(
     assert {z for z, _ in run_zones(aws_env)} == {f"{EAST_2}{z}" for z in "abc"}
     assert moto.instances(EAST_2, cluster_name) == []
     assert AWSProvider().query_instances(EAST_2, cluster_name) == {}
+
+
+async def test_each_ordered_choice_launches_with_its_own_labels_and_disk(
+    time_skipping_env: WorkflowEnvironment, task_queue: str, aws_env: EC2FaultFront,
+    moto: Moto, cluster_name: str,
+) -> None:
+    """The second ``ordered`` choice, reached by failover, boots with its own labels and
+    disk tier, not the first choice's (Candidate.alternative)."""
+    for zone in "abcdef":
+        aws_env.fail("RunInstances", "InsufficientInstanceCapacity", zone=f"{EAST_1}{zone}")
+    task = Task.model_validate({"name": "train", "num_nodes": 1, "resources": {
+        "cloud": "aws", "instance_type": INSTANCE_TYPE, "ordered": [
+            {"region": EAST_1, "labels": {"choice": "first"}, "disk_tier": "high"},
+            {"region": EAST_2, "labels": {"choice": "second"}, "disk_tier": "low"}]}})
+
+    output = await failover(time_skipping_env, task_queue,
+                            FailoverInput(cluster_name=cluster_name, task=task))
+
+    assert output.placement.region == EAST_2
+    (instance,) = moto.instances(EAST_2, cluster_name)
+    assert {t["Key"]: t["Value"] for t in instance["Tags"]}["choice"] == "second"
+    volumes = moto.ec2(EAST_2).describe_volumes(
+        Filters=[{"Name": "attachment.instance-id", "Values": [instance["InstanceId"]]}])
+    assert [v["VolumeType"] for v in volumes["Volumes"]] == ["standard"]

@@ -20,8 +20,8 @@ import pytest_asyncio
 from playwright.async_api import BrowserContext, Page, ViewportSize
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client as TemporalClient
-from temporalio.contrib.pydantic import pydantic_data_converter
 
+from orch.client.codec import load_key, orch_data_converter
 from orch.managed_jobs import managed_job_workflow_id
 from orch.records import (
     LAUNCH_WORKFLOW,
@@ -106,7 +106,8 @@ async def launched(orch: Orch) -> AsyncIterator[Launched]:
     assert job(orch, job_id)["status"] == "SUCCEEDED"
     state = orch.plane().state()
     assert state is not None
-    temporal = await TemporalClient.connect(state.address, data_converter=pydantic_data_converter)
+    converter = orch_data_converter(load_key(orch.env))
+    temporal = await TemporalClient.connect(state.address, data_converter=converter)
     try:
         yield Launched(state.ui_url, temporal, job_id)
     finally:

@@ -64,12 +64,18 @@ class VmSize:
     vcpus: int
     memory_gb: float
     gpus: int = 0
+    premium_storage: bool = True  # the "s" sizes; Azure refuses Premium_LRS disks on others
 
+
+OS_DISK_TYPES = ("Standard_LRS", "StandardSSD_LRS", "Premium_LRS", "StandardSSD_ZRS",
+                 "Premium_ZRS")
 
 VM_SIZES = {
     size.name: size
     for size in (
         VmSize("Standard_D2s_v3", "standardDSv3Family", "Standard DSv3 Family vCPUs", 2, 8),
+        VmSize("Standard_D2_v3", "standardDv3Family", "Standard Dv3 Family vCPUs", 2, 8,
+               premium_storage=False),
         VmSize("Standard_D4s_v3", "standardDSv3Family", "Standard DSv3 Family vCPUs", 4, 16),
         VmSize("Standard_D8s_v3", "standardDSv3Family", "Standard DSv3 Family vCPUs", 8, 32),
         VmSize(
@@ -145,6 +151,20 @@ class ArmError(Exception):
         self.code = code
         self.message = message
         self.headers = headers or {}
+
+
+def _check_os_disk(size: VmSize, vm_name: str, properties: Json) -> None:
+    """Azure's checks of the OS disk's storage account type (Ultra disks cannot boot)."""
+    disk = properties.get("storageProfile", {}).get("osDisk", {})
+    kind = disk.get("managedDisk", {}).get("storageAccountType", "StandardSSD_LRS")
+    if kind not in OS_DISK_TYPES:
+        raise ArmError(400, "InvalidParameter", f"Storage account type '{kind}' is not "
+                       "supported for OS disks.")
+    if kind.startswith("Premium") and not size.premium_storage:
+        raise ArmError(409, "OperationNotAllowed", "Requested operation cannot be performed "
+                       f"because the VM size {size.name} does not support the storage account "
+                       f"type {kind} of disk '{vm_name}-osdisk'. Consider updating the VM to a "
+                       "size that supports Premium storage.")
 
 
 def _now() -> str:
@@ -776,6 +796,7 @@ class AzureArmFake:
             raise ArmError(400, "InvalidParameter", f"The value {size_name} provided for the VM "
                            "size is not valid. The valid sizes in the current region are: "
                            f"{', '.join(VM_SIZES)}.")
+        _check_os_disk(size, call.groups["name"], properties)
         if not existing:
             self._check_quota(body["location"], size, properties.get("priority") == "Spot")
         nic_ids = [n["id"] for n in properties.get("networkProfile", {}).get(

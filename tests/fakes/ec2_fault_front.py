@@ -28,7 +28,7 @@ import threading
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -100,6 +100,7 @@ class Call:
     zone: str | None
     client_token: str | None
     outcome: str  # "moto", "replayed", "quota", or the fault's code
+    params: dict[str, str] = field(default_factory=dict)  # its query parameters, as sent
 
 
 @dataclass
@@ -227,7 +228,7 @@ class EC2FaultFront:
     def _log(self, request: _Request, zone: str | None, token: str | None, outcome: str,
              answer: _Answer) -> _Answer:
         with self._lock:
-            self._calls.append(Call(request.action, zone, token, outcome))
+            self._calls.append(Call(request.action, zone, token, outcome, request.params))
         return answer
 
     def _take_fault(self, action: str, zone: str | None) -> Fault | None:

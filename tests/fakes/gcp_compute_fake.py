@@ -64,6 +64,9 @@ _OPERATION_HTTP_STATUS = {
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+DISK_TYPES = ("pd-standard", "pd-balanced", "pd-ssd", "pd-extreme")
+# pd-extreme is offered on N2 types of 64+ vCPUs and M1/M2/M3 only.
+_EXTREME_MACHINES = re.compile(r"^(m1|m2|m3)-|^n2-\w+-(64|80|96|128)$")
 _FILTER_EXPR = re.compile(r'\(\s*([A-Za-z][\w.-]*)\s*(!=|=)\s*"?([^")]*)"?\s*\)')
 
 
@@ -84,6 +87,7 @@ MACHINE_TYPES = {
         MachineType("n1-standard-4", 4, 15360),
         MachineType("n2-standard-2", 2, 8192, "N2_CPUS"),
         MachineType("n2-standard-8", 8, 32768, "N2_CPUS"),
+        MachineType("n2-standard-64", 64, 262144, "N2_CPUS"),
         MachineType("a2-highgpu-1g", 12, 87040, "A2_CPUS", "nvidia-tesla-a100", 1,
                     "NVIDIA_A100_GPUS"),
         MachineType("g2-standard-4", 4, 16384, "G2_CPUS", "nvidia-l4", 1, "NVIDIA_L4_GPUS"),
@@ -151,6 +155,7 @@ class _Instance:
     machine: MachineType
     spot: bool
     pending: list[str] = field(default_factory=list)  # statuses still to come, one per read
+    boot_disk: dict[str, Any] = field(default_factory=dict)  # its Disk resource
 
     @property
     def status(self) -> str:
@@ -208,6 +213,7 @@ class ComputeState:
         self.base_usage: Counter[tuple[str, str]] = Counter()  # (region or "", metric)
         self.faults: dict[str, list[_Fault]] = {}
         self.calls: list[tuple[str, str | None]] = []
+        self.bodies: list[tuple[str, dict[str, Any]]] = []  # each call's JSON body, as sent
         self.page_size: int | None = None
         self._ids = itertools.count(1000)
 
@@ -411,6 +417,7 @@ class ComputeState:
             if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(str(value)):
                 raise invalid("resource.labels", f"{key}={value}",
                               "Label keys and values must be lowercase letters, digits, _ or -.")
+        boot_disk = self._boot_disk(zone, name, machine_type, body.get("disks", []))
         scheduling = body.get("scheduling", {})
         model = scheduling.get("provisioningModel", "STANDARD")
         if model not in ("STANDARD", "SPOT"):
@@ -455,11 +462,34 @@ class ComputeState:
             machine=MACHINE_TYPES[machine_type],
             spot=model == "SPOT",
             pending=["STAGING", "RUNNING"],
+            boot_disk=boot_disk,
         )
         errors = fault.errors if fault else self._quota_errors(inst)
         if not errors:
             self.instances[(zone, name)] = inst
         return self._operation("insert", target, zone, "instances.insert", errors)
+
+    def _boot_disk(self, zone: str, name: str, machine_type: str,
+                   disks: list[dict[str, Any]]) -> dict[str, Any]:
+        """The Disk resource of the boot disk, after Compute Engine's checks of its type."""
+        boot = next((d for d in disks if d.get("boot")), {})
+        params = boot.get("initializeParams", {})
+        field_name = "resource.disks[0].initializeParams.diskType"
+        link = params.get("diskType", f"zones/{zone}/diskTypes/pd-standard")
+        disk_type = str(link).rsplit("/", 1)[-1]
+        if disk_type not in DISK_TYPES or f"zones/{zone}/diskTypes/" not in str(link):
+            raise invalid(field_name, link, "The referenced diskType resource cannot be found.")
+        if disk_type == "pd-extreme" and not _EXTREME_MACHINES.match(machine_type):
+            raise invalid(field_name, link, f"[pd-extreme] disk type is not supported for "
+                          f"machine type '{machine_type}'.")
+        if disk_type == "pd-extreme" and "provisionedIops" not in params:
+            raise invalid("resource.disks[0].initializeParams.provisionedIops", None,
+                          "pd-extreme disks need provisionedIops.")
+        return {"kind": "compute#disk", "name": name, "zone": self._link("zones", zone),
+                "type": self._link("zones", zone, "diskTypes", disk_type),
+                "sizeGb": str(params.get("diskSizeGb", "10")),
+                **({"provisionedIops": str(params["provisionedIops"])}
+                   if "provisionedIops" in params else {})}
 
     def instances_get(self, zone: str, name: str) -> dict[str, Any]:
         return self._observe(self._get_instance(zone, name))
@@ -745,6 +775,7 @@ class GCPComputeFake:
             zone = match.groupdict().get("zone")
             with self.state.lock:
                 self.state.calls.append((method, zone))
+                self.state.bodies.append((method, copy.deepcopy(body)))
                 self._check_auth(authorization)
                 if match["project"] != self.project:
                     raise ApiError(403, "forbidden", f"Permission denied on resource project "
@@ -848,9 +879,19 @@ class GCPComputeFake:
             return {name: copy.deepcopy(i.resource)
                     for (_, name), i in sorted(self.state.instances.items())}
 
+    def boot_disks(self) -> dict[str, dict[str, Any]]:
+        """The boot Disk resource of every instance, by instance name."""
+        with self.state.lock:
+            return {name: copy.deepcopy(i.boot_disk)
+                    for (_, name), i in sorted(self.state.instances.items())}
+
     def firewalls(self) -> dict[str, dict[str, Any]]:
         with self.state.lock:
             return copy.deepcopy(self.state.firewalls)
+
+    def bodies(self, method: str) -> list[tuple[str, dict[str, Any]]]:
+        with self.state.lock:
+            return [c for c in self.state.bodies if c[0] == method]
 
     def calls(self, method: str | None = None) -> list[tuple[str, str | None]]:
         with self.state.lock:

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from orch.client.codec import CodecKey, orch_data_converter
 from workflows.launch_semaphore import LAUNCH_HOLDERS_ATTRIBUTE, LAUNCH_WAITING_ATTRIBUTE
 
 
@@ -21,7 +21,7 @@ async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
     stopped for every later test."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(Path(sys.executable).parent / "temporal"),
-        data_converter=pydantic_data_converter,
+        data_converter=orch_data_converter(CodecKey.generate("the test")),
         search_attributes=[LAUNCH_HOLDERS_ATTRIBUTE, LAUNCH_WAITING_ATTRIBUTE],
     )
     try:

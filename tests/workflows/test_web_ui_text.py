@@ -12,6 +12,7 @@ import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from orch.records import DownRequest, LaunchRequest
@@ -19,6 +20,7 @@ from orch.semaphore import LAUNCH_SEMAPHORE_ID, PermitLimits, SemaphoreSettings
 from orch.spec import Resources, Task
 from tests.workflows.fake_cloud import ClusterTestbed, FakeCloud, fake_cloud_worker
 from workflows.cluster import ClusterWorkflow
+from workflows.launch_semaphore import LAUNCH_WAITING_ATTRIBUTE
 
 TASK = Task(name="train", num_nodes=2, run="python train.py",
             resources=Resources(cloud="local", cpus="2+"))
@@ -124,21 +126,40 @@ async def test_a_launch_queued_for_a_permit_says_how_many_are_ahead(
 ) -> None:
     cloud = FakeCloud()
     gate = cloud.hold("run_instances")
-    one_permit = SemaphoreSettings(limits=PermitLimits(launch=1))
+    one_permit = SemaphoreSettings(limits=PermitLimits(launch=1), publish_search_attributes=True)
     async with fake_cloud_worker(dev_server, cloud, semaphore=one_permit) as testbed:
-        launches = []
-        failovers: list[WorkflowHandle] = []
-        for name in ("first", "second", "third"):
+        semaphore = dev_server.client.get_workflow_handle(LAUNCH_SEMAPHORE_ID)
+        launches, failovers = [], []
+        for waiting, name in enumerate(("first", "second", "third")):
+            if waiting:  # the count the next request reads, once the semaphore published it
+                await published_waiting(semaphore, waiting - 1)
             cluster = await testbed.start_cluster(name)
             launches.append(asyncio.ensure_future(cluster.execute_update(
                 ClusterWorkflow.launch, LaunchRequest(task=TASK))))
             failovers.append(await find_failover(dev_server, cluster.id))
             await eventually(failovers[-1], "launch permit")
         assert "provisioning on" in await eventually(failovers[0], "provisioning on")
-        assert "waiting for a launch permit: 0 ahead" in await eventually(failovers[1], "ahead")
-        assert "waiting for a launch permit: 1 ahead" in await eventually(failovers[2], "ahead")
-        semaphore = dev_server.client.get_workflow_handle(LAUNCH_SEMAPHORE_ID)
+        assert "waiting for a launch permit: about 0 ahead" in await eventually(
+            failovers[1], "ahead")
+        assert "waiting for a launch permit: about 1 ahead" in await eventually(
+            failovers[2], "ahead")
         details = await eventually(semaphore, "Launch permits")
         assert "**Launch permits:** 1 of 1 held, 2 waiting; next: " in details
         gate.set()
         await asyncio.gather(*launches)
+
+
+async def published_waiting(semaphore: WorkflowHandle, count: int, timeout: float = 20) -> None:
+    """Until the semaphore publishes ``count`` waiting launches (it may not exist yet: the
+    first launch's request activity starts it)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            attributes = (await semaphore.describe()).typed_search_attributes
+            if attributes.get(LAUNCH_WAITING_ATTRIBUTE) == count:
+                return
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+        assert asyncio.get_running_loop().time() < deadline, f"never {count} waiting"
+        await asyncio.sleep(0.2)

@@ -8,6 +8,7 @@ import pytest
 from orch.clouds.azure import AzureProvider
 from orch.clouds.base import InstanceStatus, Provider
 from orch.clouds.errors import ProvisionError, TransientError
+from orch.clouds.tiers import DiskTier, NetworkTier, disk_tier_fits
 from tests.clouds.azure.support import SSH_KEY, config
 from tests.fakes.azure_arm_fake import AzureArmFake
 
@@ -208,3 +209,33 @@ def test_teardown_of_a_cluster_that_does_not_exist(
     provider.cleanup_ports("eastus", "ghost")
     assert fake.count("ResourceGroups_Delete") == 1
     assert _creates(fake) == 0
+
+
+def test_disk_tier_labels_and_network_tier_reach_arm(
+    fake: AzureArmFake, provider: AzureProvider
+) -> None:
+    """Premium_LRS for disk_tier high on an "s" size, the labels as tags beside orch's,
+    accelerated networking on the NICs for network_tier best (orch.clouds.tiers)."""
+    provider.run_instances(config(num_nodes=1, cpus=2, disk_tier=DiskTier.HIGH,
+                                  network_tier=NetworkTier.BEST, labels={"project": "llm"}))
+    (vm,) = fake.resources(VMS)
+    disk = vm["properties"]["storageProfile"]["osDisk"]["managedDisk"]
+    assert disk["storageAccountType"] == "Premium_LRS"
+    assert vm["tags"]["project"] == "llm" and vm["tags"]["orch-cluster"] == "c1"
+    (nic,) = fake.resources(NICS)
+    assert nic["properties"]["enableAcceleratedNetworking"] is True
+
+
+def test_premium_on_a_size_without_premium_storage_is_refused_by_azure(
+    fake: AzureArmFake, provider: AzureProvider
+) -> None:
+    """The optimizer never plans it (disk_tier_fits); should it get here, Azure's 409."""
+    assert not disk_tier_fits("azure", DiskTier.HIGH, "Standard_D2_v3")
+    with pytest.raises(ProvisionError) as caught:
+        provider.run_instances(config(num_nodes=1, instance_type="Standard_D2_v3",
+                                      disk_tier=DiskTier.HIGH))
+    assert "does not support the storage account type Premium_LRS" in str(caught.value)
+    provider.run_instances(config(cluster="c2", num_nodes=1, instance_type="Standard_D2_v3"))
+    (vm,) = [v for v in fake.resources(VMS) if v["name"].startswith("c2")]
+    assert vm["properties"]["storageProfile"]["osDisk"]["managedDisk"][
+        "storageAccountType"] == "StandardSSD_LRS"

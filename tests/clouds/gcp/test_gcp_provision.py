@@ -17,6 +17,7 @@ from orch.clouds.errors import (
     TransientError,
 )
 from orch.clouds.gcp import GCPProvider
+from orch.clouds.tiers import DiskTier, NetworkTier
 from tests.clouds.gcp.conftest import REGION, ZONE
 from tests.fakes.gcp_compute_fake import GCPComputeFake
 
@@ -249,3 +250,41 @@ def test_unknown_machine_type_in_zone(
         provider.run_instances(config(instance_type="z9-nonexistent-1"))
     assert raised.value.scope == BlockScope.ZONE
     assert fake.calls("instances.insert") == []
+
+
+def test_disk_tier_labels_and_network_tier_reach_compute_engine(
+    fake: GCPComputeFake, provider: GCPProvider, config: Config
+) -> None:
+    """pd-ssd for disk_tier high, the task's labels beside orch's, gVNIC for network_tier
+    best (no Tier_1 below 30 vCPUs); see orch.clouds.tiers."""
+    provider.run_instances(config(num_nodes=1, cpus=8, disk_tier=DiskTier.HIGH,
+                                  network_tier=NetworkTier.BEST,
+                                  labels={"project": "llm", "team": "research"}))
+
+    head = fake.instances()["c1-head"]
+    assert head["labels"] == {"project": "llm", "team": "research", TAG_CLUSTER: "c1",
+                              TAG_NODE_KIND: "head"}
+    assert fake.boot_disks()["c1-head"]["type"].endswith(f"/zones/{ZONE}/diskTypes/pd-ssd")
+    (call,) = [body for method, body in fake.bodies("instances.insert")]
+    assert call["networkInterfaces"][0]["nicType"] == "GVNIC"
+    assert "networkPerformanceConfig" not in call
+
+
+def test_disk_tier_best_is_pd_extreme_where_the_type_takes_it(
+    fake: GCPComputeFake, provider: GCPProvider, config: Config
+) -> None:
+    provider.run_instances(config(num_nodes=1, instance_type="n2-standard-64", cpus=64,
+                                  disk_tier=DiskTier.BEST, network_tier=NetworkTier.BEST))
+    disk = fake.boot_disks()["c1-head"]
+    assert disk["type"].endswith("/diskTypes/pd-extreme") and disk["provisionedIops"] == "20000"
+    (call,) = [body for method, body in fake.bodies("instances.insert")]
+    assert call["networkPerformanceConfig"] == {"totalEgressBandwidthTier": "TIER_1"}
+
+
+def test_no_disk_tier_is_pd_balanced_and_the_fake_refuses_an_unknown_type(
+    fake: GCPComputeFake, provider: GCPProvider, config: Config
+) -> None:
+    provider.run_instances(config(num_nodes=1))
+    assert fake.boot_disks()["c1-head"]["type"].endswith("/diskTypes/pd-balanced")
+    with pytest.raises(InvalidConfigError):
+        provider.run_instances(config(cluster_name="c2", num_nodes=1, disk_tier=DiskTier.ULTRA))
