@@ -60,7 +60,8 @@ def run(coro_fn: Callable[[Client], Awaitable[T]]) -> T:
     except OrchError as err:
         attempts = err.details.get("attempts")
         if attempts:
-            display.failover_table(err_console, attempts)
+            older = int(err.details.get("older_attempts") or 0)
+            display.failover_table(err_console, attempts, older)
         raise fail(str(err), code=2 if err.kind == INVALID_RESOURCES else 1) from None
     except ControlPlaneError as err:
         raise fail(f"the control plane is not available: {err}") from None

@@ -134,10 +134,14 @@ def _table(console: Console, headers: list[str], rows: list[list[str]], title: s
     console.print(table)
 
 
-def failover_table(console: Console, attempts: list[dict[str, Any]]) -> None:
-    """Every candidate tried, its error and the block rule applied."""
-    rows = history_rows([FailoverAttempt.model_validate(a) for a in attempts])
-    _table(console, HISTORY_HEADERS, rows, title="Failover attempts")
+def failover_table(console: Console, attempts: list[dict[str, Any]], older: int = 0) -> None:
+    """Every candidate tried (the latest ones, when ``older`` earlier attempts were only
+    counted), its error and the block rule applied."""
+    rows = history_rows([FailoverAttempt.model_validate(a) for a in attempts], older)
+    title = "Failover attempts"
+    if older:
+        title += f": {older + len(rows)} in all, the first {older} not shown"
+    _table(console, HISTORY_HEADERS, rows, title=title)
 
 
 def _zones(zones: list[str]) -> str:

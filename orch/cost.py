@@ -29,8 +29,8 @@ def hourly_price(placement: Placement) -> float | None:
         return 0.0
     if placement.cloud not in CATALOG_CLOUDS or not placement.instance_type:
         return None
-    rows = [r for r in load_catalog(placement.cloud).rows
-            if r.instance_type == placement.instance_type and r.region == placement.region]
+    rows = [r for r in load_catalog(placement.cloud).rows_of_type(placement.instance_type)
+            if r.region == placement.region]
     in_zone = [r for r in rows if placement.zone and r.zone == placement.zone]
     prices = [p for r in (in_zone or rows) if (p := r.price_for(placement.use_spot)) is not None]
     return min(prices) if prices else None

@@ -15,7 +15,9 @@ ZONE    that zone, for that instance type and pricing (spot or not); a candidate
         whose zones are all blocked drops out of the next plan.
 REGION  the region, every instance type
 CLOUD   the whole cloud
-NONE    nothing: a transient fault, retry the same place
+NONE    nothing at first: a transient fault or throttling, retry the same place (after
+        a backoff when throttled); the :data:`RETRIES_PER_ZONE`-th such failure of
+        one place in one round blocks it as ZONE does, so failover always ends
 ======  ==============================================================================
 
 Cloud error codes → error type and scope: what the providers raise, in short. Each cloud's
@@ -181,19 +183,95 @@ class FailoverAttempt(_Frozen):
 
 
 def record_failure(candidate: Candidate, zone: str | None, error_type: str, code: str,
-                   message: str, scope: BlockScope) -> FailoverAttempt:
-    """The attempt record, with the block rule applied to it."""
+                   message: str, scope: BlockScope, retries: int = 0) -> FailoverAttempt:
+    """The attempt record, with the block rule applied to it. ``retries``: how many earlier
+    failures of this place in this round blocked nothing (:meth:`Retries.of`); the
+    :data:`RETRIES_PER_ZONE`-th blocks the zone whatever its scope, else a transient fault
+    that outlives its activity retries would be planned again forever."""
+    block = block_entry(candidate, error_type, scope, zone)
+    if block is None and retries + 1 >= RETRIES_PER_ZONE:
+        block = block_entry(candidate, f"{error_type} x{retries + 1}", BlockScope.ZONE, zone)
     return FailoverAttempt(candidate=candidate, zone=zone, error_type=error_type, code=code,
-                           message=message,
-                           block=block_entry(candidate, error_type, scope, zone))
+                           message=message, block=block)
+
+
+RETRIES_PER_ZONE = 3  # failures that block nothing, per place and round, before it is blocked
+THROTTLE_BACKOFF_S = (30, 90)  # durable waits before retrying a place the cloud throttled
+
+# Each cloud's "slow down" codes (see its errors module: they are TransientErrors there), and
+# the HTTP status GCP and Azure fall back to when a 429 carries no code.
+THROTTLING_CODES = frozenset({
+    "RequestLimitExceeded", "Throttling", "ThrottlingException", "TooManyRequestsException",
+    "rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED",
+    "RESOURCE_OPERATION_RATE_EXCEEDED", "TooManyRequests", "429",
+})
+
+
+def is_throttling(code: str) -> bool:
+    """Whether a cloud error code says "too many requests" (as opposed to a passing fault)."""
+    return code in THROTTLING_CODES
+
+
+def place_key(candidate: Candidate, zone: str | None) -> str:
+    """What a retry count is kept for: one zone (or zone-less candidate), type and pricing."""
+    return "/".join([candidate.cloud, candidate.region, zone or "-",
+                     candidate.instance_type or "-", "spot" if candidate.use_spot else "on"])
+
+
+class Retries(_Frozen):
+    """Failures that blocked nothing so far this round, per :func:`place_key`. Immutable,
+    like :class:`Blocklist`."""
+
+    counts: dict[str, int] = Field(default_factory=dict)
+
+    def of(self, candidate: Candidate, zone: str | None) -> int:
+        return self.counts.get(place_key(candidate, zone), 0)
+
+    def after(self, attempt: FailoverAttempt) -> Retries:
+        """The counts once ``attempt`` is recorded: one more if it blocked nothing."""
+        if attempt.block is not None:
+            return self
+        key = place_key(attempt.candidate, attempt.zone)
+        return Retries(counts={**self.counts, key: self.counts.get(key, 0) + 1})
+
+
+def retry_backoff_s(attempt: FailoverAttempt, retries: int) -> int:
+    """Seconds to wait (on a durable timer, without a launch permit) before the place of
+    ``attempt`` is tried again: 0 unless the cloud throttled us and the place stays open.
+    ``retries``: the place's count before this attempt."""
+    if attempt.block is not None or not is_throttling(attempt.code):
+        return 0
+    return THROTTLE_BACKOFF_S[min(retries, len(THROTTLE_BACKOFF_S) - 1)]
+
+
+HISTORY_KEPT = 50  # attempts a failover keeps (the latest); older ones are only counted
+
+
+class AttemptLog(_Frozen):
+    """The failover history, bounded: the latest :data:`HISTORY_KEPT` attempts and how many
+    came before them. It lives in workflow state and crosses continue-as-new, so a launch
+    that waits days for capacity does not carry thousands of attempts."""
+
+    recent: list[FailoverAttempt] = Field(default_factory=list)
+    older: int = 0  # attempts dropped from ``recent``
+
+    @property
+    def total(self) -> int:
+        return self.older + len(self.recent)
+
+    def add(self, attempt: FailoverAttempt) -> AttemptLog:
+        kept = [*self.recent, attempt]
+        dropped = max(0, len(kept) - HISTORY_KEPT)
+        return AttemptLog(recent=kept[dropped:], older=self.older + dropped)
 
 
 HISTORY_HEADERS = ["#", "CLOUD", "REGION", "ZONE", "INSTANCE TYPE", "ACCELERATORS", "SPOT",
                    "ERROR", "CODE", "BLOCKED", "MESSAGE"]
 
 
-def history_rows(attempts: list[FailoverAttempt]) -> list[list[str]]:
-    """The failover history as table rows (columns: :data:`HISTORY_HEADERS`)."""
+def history_rows(attempts: list[FailoverAttempt], older: int = 0) -> list[list[str]]:
+    """The failover history as table rows (columns: :data:`HISTORY_HEADERS`); ``older``
+    attempts came before the first one given, so numbering starts after them."""
     return [
         [
             str(number),
@@ -208,6 +286,6 @@ def history_rows(attempts: list[FailoverAttempt]) -> list[list[str]]:
             a.block.describe() if a.block else "nothing (retried)",
             a.message,
         ]
-        for number, a in enumerate(attempts, start=1)
+        for number, a in enumerate(attempts, start=older + 1)
     ]
 

@@ -1,16 +1,21 @@
 """The optimizer: turn a task's resource request into launch candidates, cheapest first.
 
-A candidate is one cloud region (with its usable zones, cheapest first) and one instance
-type. The request is read as SkyPilot reads it:
+This module validates each resource alternative against the catalogs (names, regions,
+zones, enabled and allowed clouds) and ranks what :mod:`orch.offers` finds for it. A
+candidate is one cloud region (with its usable zones, cheapest first) and one instance
+type: SkyPilot's shape, the cheapest fitting type of each zone, not every type in every
+zone (:mod:`orch.offers` says which rows may serve and how sizes are read). The request is
+read as SkyPilot reads it:
 
-* ``cpus``/``memory`` ``"4"`` means at least 4 but prefers the smallest fit: per region only
-  the instance types with the fewest vCPUs (then the least memory) that satisfy it are kept.
-  ``"4+"`` keeps every instance type with at least 4. ``memory: "8x"`` asks for at least 8
-  GiB per vCPU of each instance type (SkyPilot's ratio). With no cpus, memory, instance
-  type or accelerators at all, clouds with instance types use SkyPilot's default:
-  ``cpus: 8+`` and ``memory: 4x`` (:data:`DEFAULT_CPUS`, :data:`DEFAULT_MEMORY`).
-* Accelerators match by name (case-insensitive) and exact count; instance types with
-  accelerators are only offered when accelerators (or that instance type) are asked for.
+* ``cpus``/``memory`` ``"4"`` means at least 4 but prefers the smallest fit per region;
+  ``"4+"`` any size from 4 up; ``memory: "8x"`` at least 8 GiB per vCPU. A CPU-only request
+  without an instance type gets SkyPilot's default CPU families, with ``cpus: 8+`` when
+  nothing is sized and ``memory: 4x`` when memory is not (:data:`DEFAULT_CPUS`,
+  :data:`DEFAULT_MEMORY`).
+* Accelerators match by exact count and by name as SkyPilot resolves it: case-insensitive,
+  its aliases (``A100-40GB``), or the one catalog name that contains the given one;
+  instance types with accelerators are only offered when accelerators (or that instance
+  type) are asked for.
 * ``any_of`` alternatives are merged and sorted by price; ``ordered`` alternatives keep the
   user's order of preference, by price within each.
 * The ``local`` cloud (this machine) always exists, costs nothing, has one region "local"
@@ -32,16 +37,29 @@ nothing can satisfy raise :class:`InfeasibleResourcesError` saying why, per clou
 from __future__ import annotations
 
 import difflib
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from orch.catalog import CATALOG_CLOUDS, CatalogRow, list_accelerators, load_catalog
-from orch.clouds.tiers import disk_tier_fits
+from orch.catalog import CATALOG_CLOUDS, list_accelerators, load_catalog
+from orch.catalog.families import AmbiguousAcceleratorError, canonical_accelerator
 from orch.failover_rules import Blocklist, Candidate
+from orch.offers import (
+    DEFAULT_CPUS,
+    DEFAULT_MEMORY,
+    LOCAL,
+    Ask,
+    HostResources,
+    Why,
+    acc_text,
+    catalog_offers,
+    counts_text,
+    local_offer,
+)
 from orch.spec import Resources, Task
 
 __all__ = [
+    "DEFAULT_CPUS",
+    "DEFAULT_MEMORY",
     "Candidate",
     "HostResources",
     "InfeasibleResourcesError",
@@ -51,12 +69,7 @@ __all__ = [
     "plan",
 ]
 
-LOCAL = "local"
 _ALL_CLOUDS = (LOCAL, *CATALOG_CLOUDS)
-# SkyPilot 0.10's default for a task that sizes nothing (its AWS/GCP/Azure catalogs'
-# _DEFAULT_NUM_VCPUS = 8 and _DEFAULT_MEMORY_CPU_RATIO = 4).
-DEFAULT_CPUS = "8+"
-DEFAULT_MEMORY = "4x"
 
 
 class OptimizerError(Exception):
@@ -70,19 +83,6 @@ class UnknownResourceError(OptimizerError):
 
 class InfeasibleResourcesError(OptimizerError):
     """Known names, but nothing enabled satisfies the request (the message says why)."""
-
-
-@dataclass(frozen=True)
-class HostResources:
-    """What this machine offers the local cloud."""
-
-    cpus: int
-    memory_gb: float
-
-    @classmethod
-    def detect(cls) -> HostResources:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-        return cls(cpus=os.cpu_count() or 1, memory_gb=memory)
 
 
 def plan(task: Task, *, blocklist: Blocklist | None = None,
@@ -101,16 +101,15 @@ def plan(task: Task, *, blocklist: Blocklist | None = None,
     resources = task.resources
     alternatives = resources.alternatives()
     ranked: list[tuple[int, int, Candidate]] = []
-    failures: list[tuple[Resources, list[_Why]]] = []
+    failures: list[tuple[Resources, list[Why]]] = []
     for rank, alternative in enumerate(alternatives):
         try:
             request = _Request.of(alternative, scope)
         except InfeasibleResourcesError as exc:  # other alternatives may still work
-            failures.append((alternative, [_Why(alternative.cloud or "", str(exc))]))
+            failures.append((alternative, [Why(alternative.cloud or "", str(exc))]))
             continue
         found, reasons = _candidates(request, task.num_nodes, blocked, host)
-        found, reasons = _within_budget(alternative, *_takes_disk_tier(alternative, found,
-                                                                       reasons))
+        found, reasons = _within_budget(alternative, found, reasons)
         found = [c.model_copy(update={"alternative": rank}) for c in found]
         preferred = _preferred_region(alternative, default_regions or {})
         ranked += [(rank if resources.is_ordered else 0, 0 if c.region == preferred else 1, c)
@@ -248,11 +247,15 @@ def _check_accelerator(res: Resources) -> tuple[str, int] | None:
         return None
     if len(res.accelerators) > 1:
         raise InfeasibleResourcesError(
-            f"one accelerator type per resource set, got {_acc_text(res.accelerators)}; "
+            f"one accelerator type per resource set, got {acc_text(res.accelerators)}; "
             "use any_of or ordered to list alternatives")
     (name, count), = res.accelerators.items()
     known = {n for c in CATALOG_CLOUDS for n in load_catalog(c).accelerator_names}
-    canonical = {n.lower(): n for n in known}.get(name.lower())
+    try:
+        canonical = canonical_accelerator(name, known)
+    except AmbiguousAcceleratorError as exc:  # as SkyPilot: "choose one of" the matches
+        raise UnknownResourceError(f"unknown accelerator {name!r}; did you mean "
+                                   + " or ".join(map(repr, exc.matches)) + "?") from None
     if canonical is None:
         raise UnknownResourceError(
             f"unknown accelerator {name!r}" + _suggest(name, known, fold=True))
@@ -261,6 +264,8 @@ def _check_accelerator(res: Resources) -> tuple[str, int] | None:
 
 def _check_location(res: Resources, clouds: tuple[str, ...]) -> str | None:
     """The region asked for (inferred from the zone if only a zone is given)."""
+    if res.region is None and res.zone is None:
+        return None
     regions: dict[str, frozenset[str]] = {}
     for cloud in clouds:
         regions.update(_regions_of(cloud))
@@ -282,27 +287,8 @@ def _check_location(res: Resources, clouds: tuple[str, ...]) -> str | None:
     return owners[0]
 
 
-@dataclass(frozen=True)
-class _Why:
-    """Why one cloud has no candidate; ``lacking`` = (name, count, counts offered) when it
-    is the accelerator count that is missing."""
-
-    cloud: str
-    text: str
-    lacking: tuple[str, int, tuple[int, ...]] | None = None
-
-
-def _takes_disk_tier(res: Resources, found: list[Candidate], reasons: list[_Why]
-                     ) -> tuple[list[Candidate], list[_Why]]:
-    """Drops instance types that cannot boot from the ``disk_tier`` asked (orch.clouds.tiers)."""
-    kept = [c for c in found if disk_tier_fits(c.cloud, res.disk_tier, c.instance_type)]
-    dropped = sorted({c.cloud for c in found} - {c.cloud for c in kept})
-    return kept, reasons + [_Why(cloud, f"no instance type that fits boots from disk_tier "
-                                        f"{res.disk_tier}") for cloud in dropped]
-
-
-def _within_budget(res: Resources, found: list[Candidate], reasons: list[_Why]
-                   ) -> tuple[list[Candidate], list[_Why]]:
+def _within_budget(res: Resources, found: list[Candidate], reasons: list[Why]
+                   ) -> tuple[list[Candidate], list[Why]]:
     """Drops candidates above ``max_hourly_cost`` (per node, as the resources are)."""
     cap = res.max_hourly_cost
     if cap is None:
@@ -310,182 +296,32 @@ def _within_budget(res: Resources, found: list[Candidate], reasons: list[_Why]
     kept = [c for c in found if c.price_per_node <= cap]
     if found and not kept:
         cheapest = min(c.price_per_node for c in found)
-        reasons = [*reasons, _Why("", f"the cheapest fit costs ${cheapest:.4f}/h per node, "
+        reasons = [*reasons, Why("", f"the cheapest fit costs ${cheapest:.4f}/h per node, "
                                       f"above max_hourly_cost ${cap:g}")]
     return kept, reasons
 
 
 def _candidates(request: _Request, num_nodes: int, blocked: Blocklist,
-                host: HostResources | None) -> tuple[list[Candidate], list[_Why]]:
+                host: HostResources | None) -> tuple[list[Candidate], list[Why]]:
     found: list[Candidate] = []
-    reasons: list[_Why] = []
+    reasons: list[Why] = []
+    ask = Ask(resources=request.resources, region=request.region,
+              accelerator=request.accelerator)
     for cloud in request.clouds:
         if cloud == LOCAL:
-            candidate, why = _local(request, num_nodes, blocked, host or HostResources.detect())
+            candidate, why = local_offer(ask, num_nodes, blocked, host or HostResources.detect())
             found += [candidate] if candidate else []
         else:
-            more, why = _from_catalog(cloud, request, num_nodes, blocked)
+            more, why = catalog_offers(cloud, ask, num_nodes, blocked)
             found += more
         if why:
             reasons.append(why)
     return found, reasons
 
 
-def _local(request: _Request, num_nodes: int, blocked: Blocklist,
-           host: HostResources) -> tuple[Candidate | None, _Why | None]:
-    why = _local_obstacle(request, blocked, host)
-    if why:
-        return None, _Why(LOCAL, why)
-    res = request.resources
-    return Candidate(cloud=LOCAL, region=LOCAL, num_nodes=num_nodes, cpus=res.min_cpus(),
-                     memory_gb=res.min_memory_gb()), None
-
-
-def _local_obstacle(request: _Request, blocked: Blocklist, host: HostResources) -> str:
-    """Why the local cloud cannot serve the request ("" when it can)."""
-    res = request.resources
-    if request.accelerator:
-        return "the local cloud has no GPUs"
-    if res.instance_type:
-        return "the local cloud has no instance types"
-    if request.region not in (None, LOCAL):
-        return "the local cloud has only the region 'local'"
-    if res.use_spot:
-        return "the local cloud has no spot instances"
-    if res.min_cpus() > host.cpus:
-        return f"this host has {host.cpus} CPUs, fewer than {res.min_cpus():g}"
-    if res.min_memory_gb() > host.memory_gb:
-        return (f"this host has {host.memory_gb:.1f} GiB of memory, "
-                f"less than {res.min_memory_gb():g}")
-    if blocked.blocks(LOCAL, LOCAL, None, None, False):
-        return "the local cloud is blocked by an earlier failure"
-    return ""
-
-
-def _from_catalog(cloud: str, request: _Request, num_nodes: int,
-                  blocked: Blocklist) -> tuple[list[Candidate], _Why | None]:
-    """Candidates of one catalog cloud (which offers the instance type, if one was asked
-    for), or none and the reason."""
-    res = request.resources
-    rows: list[CatalogRow] = list(load_catalog(cloud).rows)
-    what = _describe_offer(res, request.accelerator)
-    if res.instance_type is not None:
-        rows = [r for r in rows if r.instance_type == res.instance_type]
-    if request.accelerator is not None:
-        name, count = request.accelerator
-        named = [r for r in rows if r.accelerator_name == name]
-        rows = [r for r in named if r.accelerator_count == count]
-        if not rows:
-            counts = tuple(sorted({r.accelerator_count for r in named}))
-            text = (f"{cloud} offers {name} only in counts {_counts(counts)}" if counts
-                    else f"{cloud} does not offer {name}")
-            return [], _Why(cloud, text, lacking=(name, count, counts))
-    elif res.instance_type is None:
-        rows = [r for r in rows if r.accelerator_name is None]
-    if request.region is not None:
-        rows = [r for r in rows if r.region == request.region]
-        if res.zone is not None:
-            rows = [r for r in rows if r.zone == res.zone]
-        if not rows:
-            return [], _Why(cloud, f"{cloud} offers no {what} in {res.zone or request.region}")
-    rows = _fit_size(rows, res)
-    if not rows:
-        return [], _Why(cloud, f"{cloud} has no {what} with {_size_text(res)}")
-    priced = [(price, r) for r in rows if (price := r.price_for(res.use_spot)) is not None]
-    if not priced:
-        return [], _Why(cloud, f"{cloud} has no spot offer for {what} with {_size_text(res)}")
-    found = _group(cloud, priced, res.use_spot, num_nodes, blocked)
-    if not found:
-        return [], _Why(cloud, f"every {cloud} candidate for {what} is blocked by earlier failures")
-    return found, None
-
-
-def _sizes_nothing(res: Resources) -> bool:
-    return res.cpus is None and res.memory is None and res.instance_type is None and (
-        not res.accelerators)
-
-
-def _cpus_asked(res: Resources) -> str | None:
-    """The cpus request, defaulting to :data:`DEFAULT_CPUS` when nothing sizes the node."""
-    return DEFAULT_CPUS if _sizes_nothing(res) else res.cpus
-
-
-def _memory_asked(res: Resources) -> Resources:
-    """``res`` with :data:`DEFAULT_MEMORY` when nothing sizes the node."""
-    return res.model_copy(update={"memory": DEFAULT_MEMORY}) if _sizes_nothing(res) else res
-
-
-def _fit_size(rows: list[CatalogRow], res: Resources) -> list[CatalogRow]:
-    """Rows with enough vCPUs and memory; an exact-looking ask ("4", not "4+") keeps, per
-    region, only the smallest fit."""
-    cpus = _cpus_asked(res)
-    min_cpus = float(cpus.rstrip("+")) if cpus else 0.0
-    sized = _memory_asked(res)
-    rows = [r for r in rows
-            if r.vcpus >= min_cpus and r.memory_gib >= sized.min_memory_gb(r.vcpus)]
-    prefer_fewest_cpus = cpus is not None and not cpus.endswith("+")
-    prefer_least_memory = res.memory is not None and not res.memory.endswith(("+", "x"))
-
-    def size(r: CatalogRow) -> tuple[float, float]:
-        return (r.vcpus if prefer_fewest_cpus else 0.0,
-                r.memory_gib if prefer_least_memory else 0.0)
-
-    best: dict[str, tuple[float, float]] = {}
-    for r in rows:
-        best[r.region] = min(best.get(r.region, size(r)), size(r))
-    return [r for r in rows if size(r) == best[r.region]]
-
-
-def _group(cloud: str, priced: list[tuple[float, CatalogRow]], use_spot: bool, num_nodes: int,
-           blocked: Blocklist) -> list[Candidate]:
-    """One candidate per (region, instance type) with its unblocked zones, cheapest first."""
-    by_key: dict[tuple[str, str], list[tuple[float, CatalogRow]]] = {}
-    for price, r in priced:
-        if not blocked.blocks(cloud, r.region, r.zone, r.instance_type, use_spot):
-            by_key.setdefault((r.region, r.instance_type), []).append((price, r))
-    found = []
-    for (region, _), offers in by_key.items():
-        offers.sort(key=lambda pr: (pr[0], pr[1].zone or ""))
-        price, first = offers[0]
-        found.append(Candidate(
-            cloud=cloud, region=region, zones=[r.zone for _, r in offers if r.zone],
-            instance_type=first.instance_type,
-            accelerators=({first.accelerator_name: first.accelerator_count}
-                          if first.accelerator_name else None),
-            use_spot=use_spot, num_nodes=num_nodes, cpus=first.vcpus,
-            memory_gb=first.memory_gib, price_per_node=price,
-            price_per_hour=round(price * num_nodes, 6),
-        ))
-    return found
-
-
-def _acc_text(accelerators: dict[str, int]) -> str:
-    return ", ".join(f"{name}:{count}" for name, count in accelerators.items())
-
-
-def _counts(counts: Iterable[int]) -> str:
-    return ", ".join(str(c) for c in counts)
-
-
-def _describe_offer(res: Resources, accelerator: tuple[str, int] | None) -> str:
-    if res.instance_type:
-        return res.instance_type
-    if accelerator:
-        return f"{accelerator[0]}:{accelerator[1]}"
-    return "CPU instance type"
-
-
-def _size_text(res: Resources) -> str:
-    cpus, memory = _cpus_asked(res), _memory_asked(res).memory
-    parts = [f"{cpus} vCPUs" if cpus else "",
-             f"{memory[:-1]} GiB of memory per vCPU" if memory and memory.endswith("x")
-             else f"{memory} GiB of memory" if memory else ""]
-    return " and ".join(p for p in parts if p) or "any size"
-
-
 def _describe(res: Resources) -> str:
     parts = [
-        _acc_text(res.accelerators) if res.accelerators else "",
+        acc_text(res.accelerators) if res.accelerators else "",
         res.instance_type or "",
         f"cpus {res.cpus}" if res.cpus else "",
         f"memory {res.memory}" if res.memory else "",
@@ -497,14 +333,14 @@ def _describe(res: Resources) -> str:
     return ", ".join(p for p in parts if p) or "default resources"
 
 
-def _infeasible_message(failures: list[tuple[Resources, list[_Why]]]) -> str:
+def _infeasible_message(failures: list[tuple[Resources, list[Why]]]) -> str:
     lines = [f"{_describe(res)}: {_summarize(reasons)}" for res, reasons in failures]
     if len(lines) == 1:
         return f"No resources satisfy {lines[0]}"
     return "No resources satisfy any of the alternatives:\n" + "\n".join(f"  {ln}" for ln in lines)
 
 
-def _summarize(reasons: list[_Why]) -> str:
+def _summarize(reasons: list[Why]) -> str:
     """Join the per-cloud reasons; when no catalog cloud offers the accelerator at that
     count, say so once, with the counts that do exist."""
     clouds = [w for w in reasons if w.cloud != LOCAL]
@@ -512,7 +348,7 @@ def _summarize(reasons: list[_Why]) -> str:
     if len(clouds) > 1 and len(lacking) == len(clouds):
         name, count = lacking[0][0], lacking[0][1]
         offered = sorted({c for _, _, counts in lacking for c in counts})
-        note = f" ({name} comes in counts {_counts(offered)})" if offered else ""
+        note = f" ({name} comes in counts {counts_text(offered)})" if offered else ""
         texts = [w.text for w in reasons if w.cloud == LOCAL]
         return "; ".join([*texts, f"no enabled cloud offers {name}:{count}{note}"])
     return "; ".join(w.text for w in reasons)

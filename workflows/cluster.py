@@ -8,11 +8,20 @@ both survive worker restarts, and both skip their turn while an operation holds 
 lock, so a refresh never removes a cluster that is still being created. The record
 lives in one model that continue-as-new carries whole, and the fields `orch status`
 lists are search attributes, so listing clusters is one visibility query.
+
+Cancelling the workflow (the Web UI's "Cancel", ``temporal workflow cancel``) tears the
+cluster down rather than leaving its nodes without an owner: a launch, start or exec under
+way is cancelled (the failover it runs removes the nodes it was making), a stop or down
+under way finishes, then a teardown runs shielded from further cancels, and the workflow
+completes with the cluster TERMINATED, as after ``orch down`` (its events say it was
+cancelled). Were the teardown to fail, the workflow stays, so that ``orch down`` can
+retry it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -20,6 +29,7 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.provision import InstancesRequest, query_instances
@@ -80,12 +90,16 @@ with workflow.unsafe.imports_passed_through():
         error_message,
         error_type,
     )
+    from workflows.shielding import shielded
     from workflows.teardown import TeardownWorkflow
 
 REFRESH_EVERY = timedelta(minutes=10)
 AUTOSTOP_RECHECK = timedelta(seconds=30)  # while jobs run, how often to look again
 MIN_TIMER = timedelta(seconds=1)
 MAX_EVENTS = 100
+CANCEL_TEARDOWN_PATCH = "cluster-cancel-teardown"  # workflow.patched id: cancel tears down
+CANCEL_DOWN = "down (workflow cancelled)"  # the operation a cancellation runs
+CANCELLABLE = ("launch", "start", "exec")  # operations a cancellation cuts short
 
 
 def resources_summary(record: ClusterRecord) -> str:
@@ -107,6 +121,8 @@ class ClusterWorkflow:
         self.operations = 0
         self.schedule_changed = False  # wakes the run loop to recompute its timers
         self.queued: list[str] = []  # operations waiting for the lock (the Web UI shows them)
+        self.current: tuple[str, asyncio.Task[object] | None] | None = None  # holds the lock
+        self.cancelled = False  # the workflow was cancelled: no new operation may start
 
     # -- queries and signals ----------------------------------------------------------
     @workflow.query
@@ -129,6 +145,38 @@ class ClusterWorkflow:
     async def run(self, request: ClusterInput) -> ClusterRecord:
         self._publish()
         self._show()
+        while True:
+            try:
+                return await self._live()
+            except asyncio.CancelledError:
+                if not workflow.patched(CANCEL_TEARDOWN_PATCH):
+                    raise
+                with contextlib.suppress(asyncio.CancelledError):  # cancelled again: the
+                    await shielded(self._down_on_cancel())  # teardown went on all the same
+                if self._finished():
+                    # Completed, as every torn-down cluster (cost-report reads those).
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    return self.state
+
+    async def _down_on_cancel(self) -> None:
+        """The workflow was cancelled: cut short the operation under way if it builds
+        (launch, start, exec), then tear down (the cluster is TERMINATED unless that
+        failed)."""
+        self.cancelled = True
+        self._event("workflow cancelled: tearing the cluster down")
+        if self.current is not None and self.current[0] in CANCELLABLE and self.current[1]:
+            self.current[1].cancel()
+        async with self._turn(CANCEL_DOWN):
+            if self.state.status == ClusterStatus.TERMINATED:
+                return
+            try:
+                await self._teardown(terminate=True, purge=False)
+            except ApplicationError as err:
+                self.cancelled = False  # the entity stays: orch down may retry
+                self._event(f"{err.message} (after the workflow was cancelled)")
+
+    async def _live(self) -> ClusterRecord:
+        """The run loop: timers, continue-as-new, and the end once TERMINATED."""
         while True:
             wake_at = self._next_wakeup()
             timeout = None if wake_at is None else max(wake_at - workflow.now(), MIN_TIMER)
@@ -207,9 +255,15 @@ class ClusterWorkflow:
         finally:
             self.queued.remove(operation)
         try:
+            if self.cancelled and operation not in (CANCEL_DOWN, "down"):
+                raise ApplicationError(
+                    f"cluster {self.state.name} is being torn down (its workflow was "
+                    "cancelled)", type="ClusterGone", non_retryable=True)
+            self.current = (operation, asyncio.current_task())
             self._show()
             yield
         finally:
+            self.current = None
             self.lock.release()
             self._show()
 
@@ -301,6 +355,9 @@ class ClusterWorkflow:
         try:
             output = await workflow.execute_child_workflow(
                 LaunchWorkflow.run, request, id=self._child_id("launch"),
+                # A cluster workflow that ends (terminated) asks its launch to stop, which
+                # cancels the failover, which removes the nodes it made: none is orphaned.
+                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
                 static_summary=launch_summary(request.cluster_name, request.task, request.reuse),
                 static_details=task_details(request.task, request.requested_by),
             )
@@ -408,6 +465,9 @@ class ClusterWorkflow:
         try:
             result: TeardownResult = await workflow.execute_child_workflow(
                 TeardownWorkflow.run, teardown, id=self._child_id("down" if terminate else "stop"),
+                # A teardown under way finishes whatever becomes of the cluster workflow:
+                # stopping it halfway would leave instances running that no record names.
+                parent_close_policy=ParentClosePolicy.ABANDON,
                 static_summary=teardown_summary(self.state.name, teardown.placement,
                                                 self.state.info, terminate),
             )

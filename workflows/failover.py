@@ -7,7 +7,16 @@ provision (all or nothing) → wait until running. A failure is turned into a bl
 ``orch.failover_rules`` and the partial nodes are removed (or stopped, for a cluster
 that was ever up) and confirmed gone before the next try; then the optimizer is asked
 again with the grown blocklist. ``retry_until_up`` sleeps on a durable timer between
-rounds. The result, or the failure, carries every hop for the user.
+rounds. The result, or the failure, carries the hops for the user (the latest
+``HISTORY_KEPT``, and how many came before).
+
+Failover always ends: a failure that blocks nothing (a transient fault or throttling that
+outlived its activity retries) counts toward its place's retry limit, after which the place
+is blocked like a zone (``orch.failover_rules.record_failure``); a throttled place is
+retried only after a durable backoff, with no permit held. ``retry_until_up`` rounds
+continue-as-new every ``rounds_per_run`` rounds (or when Temporal suggests it), carrying
+the round count and the bounded history, so a launch that waits days for capacity keeps a
+short history.
 
 Cancellation (the launch was cancelled, or the managed job that started it) is not a
 failed attempt: the nodes the cut-short attempt may have made are removed, the permit
@@ -39,7 +48,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from orch.clouds.base import ClusterInfo, InstanceStatus, ProvisionConfig
     from orch.clouds.errors import BlockScope
-    from orch.failover_rules import Blocklist, Candidate, FailoverAttempt, record_failure
+    from orch.failover_rules import (
+        AttemptLog,
+        Blocklist,
+        Candidate,
+        FailoverAttempt,
+        Retries,
+        record_failure,
+        retry_backoff_s,
+    )
     from orch.records import FAILOVER_WORKFLOW, PROGRESS_SIGNAL, LaunchProgress, Placement
     from orch.spec import Resources, Task
     from orch.spec_resource_fields import image_for
@@ -54,6 +71,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.permits import acquire_permit
 
 RETRY_ROUND_S = (30, 60, 120, 300)  # sleeps between rounds of --retry-until-up
+ROUNDS_PER_RUN = 10  # --retry-until-up rounds per workflow run, then continue-as-new
+
+# workflow.patched ids: a changed command sequence for histories recorded before it.
+RETRY_LIMIT_PATCH = "failover-retry-limit"  # unblocked failures count; throttling backs off
+CONTINUE_AS_NEW_PATCH = "failover-continue-as-new"  # retry-until-up rounds continue-as-new
 
 
 def _resources_of(task: Task, candidate: Candidate) -> Resources:
@@ -72,12 +94,19 @@ class FailoverInput(BaseModel):
     retry_until_up: bool = False
     ssh_public_key: str | None = None
     report_to: str | None = None  # the workflow told of each hop (the cluster's), by signal
+    # Read when the input is made (tests set the module constants for a faster clock).
+    rounds_per_run: int = Field(default_factory=lambda: ROUNDS_PER_RUN)
+    round_waits_s: list[int] = Field(default_factory=lambda: list(RETRY_ROUND_S))
+    # Carried across continue-as-new: rounds already over, and the attempts so far.
+    rounds: int = 0
+    attempts: AttemptLog = Field(default_factory=AttemptLog)
 
 
 class FailoverOutput(BaseModel):
     placement: Placement
     info: ClusterInfo
-    history: list[FailoverAttempt] = Field(default_factory=list)
+    history: list[FailoverAttempt] = Field(default_factory=list)  # the latest attempts
+    older_attempts: int = 0  # attempts before those of ``history``
 
 
 def _stop_if_cancelled() -> None:
@@ -89,17 +118,20 @@ def _stop_if_cancelled() -> None:
 @workflow.defn(name=FAILOVER_WORKFLOW)
 class FailoverWorkflow:
     def __init__(self) -> None:
-        self.history: list[FailoverAttempt] = []
+        self.log = AttemptLog()
         self.blocklist = Blocklist()
+        self.retries = Retries()  # this round's failures that blocked nothing, per place
+        self.backoff_s = 0  # set by a throttled attempt: wait, without a permit, then go on
 
     @workflow.query
     def attempts(self) -> list[FailoverAttempt]:
-        return self.history
+        return self.log.recent
 
     @workflow.run
     async def run(self, request: FailoverInput) -> FailoverOutput:
         self.blocklist = request.blocklist
-        rounds = 0
+        self.log = request.attempts
+        rounds = request.rounds
         while True:
             await self._report(request, "waiting for a launch permit", waiting_for_permit=True)
             permit = await acquire_permit("launch", on_queued=lambda ahead: self._show(
@@ -111,21 +143,45 @@ class FailoverWorkflow:
                 await permit.release()
             if output is not None:
                 return output
+            if self.backoff_s:
+                await self._back_off()
+                continue  # the same round goes on: its blocklist and retry counts stay
             if not request.retry_until_up:
                 raise ApplicationError(
                     "no candidate could provision the cluster",
-                    {"attempts": [a.model_dump(mode="json") for a in self.history]},
+                    {"attempts": [a.model_dump(mode="json") for a in self.log.recent],
+                     "older_attempts": self.log.older},
                     type="NoResourcesError",
                     non_retryable=True,
                 )
-            delay = RETRY_ROUND_S[min(rounds, len(RETRY_ROUND_S) - 1)]
+            waits = request.round_waits_s or list(RETRY_ROUND_S)
+            delay = waits[min(rounds, len(waits) - 1)]
             rounds += 1
             workflow.logger.info("no candidate left; retrying in %s s", delay)
+            last = self.log.recent[-1] if self.log.recent else None
             self._show(f"backing off {delay} s after round {rounds}"
-                       + (f" ({attempt_phrase(self.history[-1])})" if self.history else "")
+                       + (f" ({attempt_phrase(last)})" if last else "")
                        + ": --retry-until-up, no launch permit held meanwhile")
             await workflow.sleep(timedelta(seconds=delay))
             self.blocklist = request.blocklist
+            self.retries = Retries()
+            self._continue_as_new_if_due(request, rounds)
+
+    def _continue_as_new_if_due(self, request: FailoverInput, rounds: int) -> None:
+        """Between rounds (no permit held, no nodes left): start a fresh run that carries the
+        round count and the bounded history, so the workflow's history stays short."""
+        due = (rounds - request.rounds >= request.rounds_per_run
+               or workflow.info().is_continue_as_new_suggested())
+        if due and workflow.patched(CONTINUE_AS_NEW_PATCH):
+            workflow.continue_as_new(request.model_copy(
+                update={"rounds": rounds, "attempts": self.log}))
+
+    async def _back_off(self) -> None:
+        """The cloud throttled us: wait on a durable timer (no permit held), then retry."""
+        delay, self.backoff_s = self.backoff_s, 0
+        self._show(f"throttled: backing off {delay} s before trying again, no launch permit "
+                   "held meanwhile")
+        await workflow.sleep(timedelta(seconds=delay))
 
     async def _round(self, request: FailoverInput) -> FailoverOutput | None:
         """Try candidates, asking the optimizer again after each failure, until one
@@ -137,20 +193,20 @@ class FailoverWorkflow:
                     PlanRequest(task=request.task, blocklist=self.blocklist,
                                 placement=request.placement),
                     **CLOUD_CALL,
-                    summary=f"plan: candidates cheapest first, {len(self.history)} blocked by "
+                    summary=f"plan: candidates cheapest first, {self.log.total} blocked by "
                             "earlier attempts",
                 )
             except ActivityError as err:
-                if error_type(err) != "NoCandidatesError" or not self.history:
+                if error_type(err) != "NoCandidatesError" or not self.log.total:
                     raise
                 return None
             if not candidates:
                 return None
-            tried = len(self.history)
+            tried = self.log.total
             output = await self._try_candidate(request, candidates[0])
-            if output is not None:
+            if output is not None or self.backoff_s:
                 return output
-            if len(self.history) == tried:
+            if self.log.total == tried:
                 return None  # every zone of the best candidate was already blocked
 
     async def _try_candidate(
@@ -184,7 +240,7 @@ class FailoverWorkflow:
                 labels=resources.labels,
                 image_id=image_for(resources.image_id, candidate.region),
                 ports=resources.ports,
-                idempotency_token=f"{workflow.info().workflow_id}/{len(self.history)}",
+                idempotency_token=f"{workflow.info().workflow_id}/{self.log.total}",
                 ssh_public_key=request.ssh_public_key,
                 cpus=candidate.cpus,
                 memory_gb=candidate.memory_gb,
@@ -220,20 +276,13 @@ class FailoverWorkflow:
                     summary=instances_call("describe", cloud, region, request.cluster_name)
                     + ": addresses")
                 _stop_if_cancelled()
-                return FailoverOutput(placement=placement, info=info, history=self.history)
+                return FailoverOutput(placement=placement, info=info,
+                                      history=self.log.recent, older_attempts=self.log.older)
             except (ActivityError, asyncio.CancelledError) as err:
                 if not isinstance(err, ActivityError) or is_cancelled_exception(err):
                     await self._remove_partial(instances, request.was_up)
                     raise
-                kind = error_type(err) or "Error"
-                details = error_details(err)
-                scope = BlockScope(details.get("scope", BlockScope.ZONE))
-                attempt = record_failure(candidate, zone, kind, str(details.get("code", "")),
-                                         error_message(err), scope)
-                self.history.append(attempt)
-                blocked = attempt.block.describe() if attempt.block else "nothing (retry)"
-                await self._report(request, f"{where}: {kind} {attempt.code} "
-                                            f"({attempt.message[:120]}); blocked {blocked}")
+                scope = await self._failed(request, candidate, zone, where, err)
                 try:
                     await self._remove_partial(instances, request.was_up)
                 except ActivityError:
@@ -241,18 +290,39 @@ class FailoverWorkflow:
                         raise  # a partial cluster we cannot remove: stop here, say so
                     # The cloud rejects us altogether (credentials): nothing was created
                     # by calls it refused, and nothing can be cleaned with it.
-                    await self._report(request, f"{where}: no cleanup possible ({kind})")
-                self.blocklist = self.blocklist.add(attempt.block)
-                if scope in (BlockScope.REGION, BlockScope.CLOUD):
+                    await self._report(request, f"{where}: no cleanup possible "
+                                                f"({self.log.recent[-1].error_type})")
+                if scope in (BlockScope.REGION, BlockScope.CLOUD) or self.backoff_s:
                     return None
         return None
+
+    async def _failed(self, request: FailoverInput, candidate: Candidate, zone: str | None,
+                      where: str, err: ActivityError) -> BlockScope:
+        """Record a failed attempt, grow the blocklist by its rule, and say so; a throttled
+        attempt also sets the backoff. Returns the error's scope."""
+        kind = error_type(err) or "Error"
+        details = error_details(err)
+        scope = BlockScope(details.get("scope", BlockScope.ZONE))
+        counted = scope == BlockScope.NONE and workflow.patched(RETRY_LIMIT_PATCH)
+        retries = self.retries.of(candidate, zone) if counted else 0
+        attempt = record_failure(candidate, zone, kind, str(details.get("code", "")),
+                                 error_message(err), scope, retries=retries)
+        self.log = self.log.add(attempt)
+        if counted:
+            self.retries = self.retries.after(attempt)
+            self.backoff_s = retry_backoff_s(attempt, retries)
+        blocked = attempt.block.describe() if attempt.block else "nothing (retry)"
+        await self._report(request, f"{where}: {kind} {attempt.code} "
+                                    f"({attempt.message[:120]}); blocked {blocked}")
+        self.blocklist = self.blocklist.add(attempt.block)
+        return scope
 
     def _show(self, now: str) -> None:
         """The Web UI's current details: the step, and the attempts so far."""
         lines = [f"**Now:** {now}"]
-        if self.history:
-            lines.append(f"**Attempts:** {len(self.history)}, last: "
-                         + attempt_phrase(self.history[-1]))
+        if self.log.recent:
+            lines.append(f"**Attempts:** {self.log.total}, last: "
+                         + attempt_phrase(self.log.recent[-1]))
         workflow.set_current_details("\n\n".join(lines))
 
     async def _report(self, request: FailoverInput, step: str,

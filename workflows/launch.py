@@ -10,7 +10,13 @@ soon as they exist.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from typing import Any
+
 from temporalio import workflow
+from temporalio.exceptions import ChildWorkflowError, FailureError
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.runtime import (
@@ -32,8 +38,11 @@ with workflow.unsafe.imports_passed_through():
         LaunchProgress,
     )
     from orch.summaries import failover_summary, on_nodes, task_details
-    from workflows.failover import FailoverInput, FailoverWorkflow
+    from workflows.failover import FailoverInput, FailoverOutput, FailoverWorkflow
     from workflows.options import LONG_CALL
+    from workflows.shielding import shielded
+
+CANCEL_BY_ID_PATCH = "launch-cancel-failover-by-id"  # workflow.patched id
 
 @workflow.defn(name=LAUNCH_WORKFLOW)
 class LaunchWorkflow:
@@ -44,6 +53,37 @@ class LaunchWorkflow:
             handle = workflow.get_external_workflow_handle(parent.workflow_id)
             await handle.signal(PROGRESS_SIGNAL, progress)
 
+    async def _await_failover(
+        self, failover: workflow.ChildWorkflowHandle[Any, FailoverOutput]
+    ) -> FailoverOutput:
+        """The failover's result. A cancelled launch cancels the failover by its id: the
+        SDK's own child cancel names the run it started, which a failover that continued
+        as new (--retry-until-up) no longer is, so the cancel would never reach it
+        (temporalio/features#503) and the launch would wait forever."""
+        try:
+            return await asyncio.shield(failover)
+        except asyncio.CancelledError:
+            await shielded(self._stop_failover(failover))
+            raise
+
+    async def _stop_failover(
+        self, failover: workflow.ChildWorkflowHandle[Any, FailoverOutput]
+    ) -> None:
+        """Cancel the failover's current run and wait for its end; nodes it made anyway
+        (it finished first) are reported, so that the cluster's teardown finds them."""
+        if workflow.patched(CANCEL_BY_ID_PATCH):
+            with contextlib.suppress(FailureError):  # it already ended
+                await workflow.get_external_workflow_handle(failover.id).cancel()
+        else:
+            failover.cancel()
+        try:
+            provisioned = await failover
+        except ChildWorkflowError:
+            return  # cancelled (its nodes removed), or failed
+        await self._report(LaunchProgress(step="cancelled after provisioning",
+                                          placement=provisioned.placement,
+                                          info=provisioned.info))
+
     @workflow.run
     async def run(self, request: LaunchInput) -> LaunchOutput:
         task = request.task
@@ -53,16 +93,20 @@ class LaunchWorkflow:
         else:
             await self._report(LaunchProgress(step="provisioning"))
             parent = workflow.info().parent
-            provisioned = await workflow.execute_child_workflow(
+            failover = await workflow.start_child_workflow(
                 FailoverWorkflow.run,
                 FailoverInput(cluster_name=request.cluster_name, task=task,
                               placement=request.placement, blocklist=request.blocklist,
                               retry_until_up=request.retry_until_up, was_up=request.was_up,
                               report_to=parent.workflow_id if parent else None),
                 id=f"{workflow.info().workflow_id}/failover",
+                # A launch that ends (terminated, timed out) asks its failover to stop: a
+                # cancelled FailoverWorkflow removes the nodes of the attempt in flight.
+                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
                 static_summary=failover_summary(request.cluster_name, task, request.placement),
                 static_details=task_details(task, request.requested_by),
             )
+            provisioned = await self._await_failover(failover)
             info, placement = provisioned.info, provisioned.placement
             await self._report(LaunchProgress(
                 step="waiting for nodes", placement=placement, info=info

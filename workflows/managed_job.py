@@ -44,9 +44,8 @@ attributes upserted here; `orch jobs queue` reads the memo (a ``JobSummary``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
@@ -120,9 +119,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.launch import LaunchWorkflow
     from workflows.options import CLOUD_CALL, error_details, error_message, error_type
     from workflows.permits import Permit, acquire_permit
+    from workflows.shielding import shielded
     from workflows.teardown import TeardownWorkflow
 
-T = TypeVar("T")
 
 # The watch lasts as long as the job; heartbeats notice a dead worker, and retries (with
 # no limit) resume it from its heartbeat details on another. A minute, not the 20 s of
@@ -219,7 +218,7 @@ class ManagedJobWorkflow:
                 self._set_status(ManagedJobStatus.FAILED_CONTROLLER, self.state.schedule_state)
         finally:
             if not self.continuing:
-                await self._shielded(self._finish())
+                await shielded(self._finish())
         return self.state
 
     async def _run_pipeline(self) -> None:
@@ -235,7 +234,7 @@ class ManagedJobWorkflow:
             status = await self._run_task(run, self.tasks[run.index])
             run.status, run.stage, run.ended_at = status, TaskStage.DONE, workflow.now()
             self._event(EventKind.TASK_ENDED, status, run)
-            await self._shielded(self._teardown(run))
+            await shielded(self._teardown(run))
             if status != ManagedJobStatus.SUCCEEDED:
                 for later in state.runs[run.index + 1:]:
                     later.status, later.stage = ManagedJobStatus.CANCELLED, TaskStage.DONE
@@ -335,7 +334,7 @@ class ManagedJobWorkflow:
                 self._job_on_cluster(run, 1)  # recorded FAILED_SETUP there, with its output
                 return None
             self._event(EventKind.LAUNCH_FAILED, message, run)
-            await self._shielded(self._teardown(run))
+            await shielded(self._teardown(run))
             plan.rounds += 1
             if kind == LaunchFailure.PRECHECK or (
                 phase.max_rounds is not None and plan.rounds >= phase.max_rounds
@@ -365,6 +364,10 @@ class ManagedJobWorkflow:
         try:
             output = await workflow.execute_child_workflow(
                 LaunchWorkflow.run, request, id=self._child_id("launch", run),
+                # A job workflow that ends while launching (terminated) asks the launch to
+                # stop, so its failover removes the nodes it made; the job's teardowns
+                # (below) are ABANDONed instead, so that they finish.
+                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
                 static_summary=launch_summary(run.cluster_name, request.task, request.reuse,
                                               request.purpose),
                 static_details=task_details(request.task, request.requested_by),
@@ -450,7 +453,7 @@ class ManagedJobWorkflow:
                                          f"({job_recovery(task).strategy})", run)
         self._set_status(ManagedJobStatus.RECOVERING, ScheduleState.LAUNCHING)
         lost = run.placement
-        await self._shielded(self._teardown(run))
+        await shielded(self._teardown(run))
         run.plan, run.stage = recovery_plan(task, lost), TaskStage.LAUNCH
 
     async def _restart(self, run: TaskRun, task: Task, why: str, limit: int) -> None:
@@ -533,20 +536,6 @@ class ManagedJobWorkflow:
         self._publish()
 
     # -- plumbing ------------------------------------------------------------------------
-    async def _shielded(self, work: Awaitable[T]) -> T:
-        """Run ``work`` to its end even if the job is cancelled meanwhile; the cancellation
-        is raised after it."""
-        task = asyncio.ensure_future(work)
-        cancelled = False
-        while not task.done():
-            try:
-                await asyncio.shield(task)
-            except asyncio.CancelledError:
-                cancelled = True
-        if cancelled:
-            raise asyncio.CancelledError()
-        return task.result()
-
     def _check_cancel(self) -> None:
         """Raise the cancellation a child may have swallowed."""
         if self.cancel_requested:

@@ -22,7 +22,7 @@ from orch.catalog.rows import COLUMNS, parse_rows
 from scripts import refresh_catalog
 
 DATA = Path(__file__).resolve().parents[2] / "orch" / "catalog" / "data"
-GPUS = ["T4", "L4", "A10G", "V100", "A100", "A100-80GB", "H100", "H200"]
+GPUS = ["T4", "L4", "A10G", "L40S", "V100", "A100", "A100-80GB", "H100", "H200"]
 
 
 @pytest.mark.parametrize("cloud", CATALOG_CLOUDS)
@@ -77,7 +77,7 @@ def test_files_are_in_the_documented_format_and_sorted(cloud):
     with (DATA / f"{cloud}.csv").open(newline="") as handle:
         lines = list(csv.reader(handle))
     assert tuple(lines[0]) == COLUMNS
-    keys = [(line[0], line[1], line[7], line[8]) for line in lines[1:]]
+    keys = [(line[0], line[1], int(line[2] or 0), line[7], line[8]) for line in lines[1:]]
     assert keys == sorted(keys)
     assert len(set(keys)) == len(keys)
 
@@ -128,12 +128,28 @@ def test_list_accelerators_reports_the_cheapest_zone_of_each_region():
     offers = {(o.cloud, o.region, o.instance_type): o for o in list_accelerators("T4")}
     for (cloud, region, itype), offer in offers.items():
         rows = [r for r in load_catalog(cloud).rows
-                if (r.region, r.instance_type) == (region, itype)]
+                if (r.region, r.instance_type, r.accelerator_name) == (region, itype, "T4")
+                and r.accelerator_count == offer.count]
         assert offer.price == min(r.price for r in rows)
         spots = [r.spot_price for r in rows if r.spot_price is not None]
         assert offer.spot_price == (min(spots) if spots else None)
-    assert len(offers) == len({(r.cloud, r.region, r.instance_type) for c in CATALOG_CLOUDS
-                               for r in load_catalog(c).rows if r.accelerator_name == "T4"})
+    listed = {key for key in offers if not (key[0] == "gcp" and key[2].startswith("n1-"))}
+    assert listed == {(r.cloud, r.region, r.instance_type) for c in CATALOG_CLOUDS
+                      for r in load_catalog(c).rows if r.accelerator_name == "T4"
+                      and not (r.cloud == "gcp" and r.instance_type.startswith("n1-"))}
+
+
+def test_gcp_gpus_on_n1_hosts_are_listed_on_skypilots_default_host():
+    # T4:1 -> at least 4 vCPUs and 16 GiB (SkyPilot's _NUM_ACC_TO_NUM_CPU); the catalog
+    # also holds the smaller and bigger hosts a task may size.
+    t4 = [r for r in load_catalog("gcp").accelerator_rows[("T4", 1)]]
+    assert min(r.vcpus for r in t4) < 4 < max(r.vcpus for r in t4)
+    offers = [o for o in list_accelerators("T4:1", clouds=["gcp"])]
+    assert offers and all(o.vcpus >= 4 and o.memory_gib >= 16 for o in offers)
+    for offer in offers:
+        fitting = [r.price for r in t4 if r.region == offer.region
+                   and r.vcpus >= 4 and r.memory_gib >= 16]
+        assert offer.price == min(fitting)
 
 
 def test_list_accelerators_spot_price_skips_zones_without_spot():
@@ -182,10 +198,16 @@ def test_refresh_script_prices_gcp_gpus_as_machine_plus_gpu(tmp_path):
          "mars-north1-a"],
     ])
     rows = refresh_catalog.curate_gcp(refresh_catalog._read(tmp_path / "gcp/vms.csv"))
+    # Every region is kept; a machine type with built-in GPUs is never a CPU-only row, an N1
+    # host is (and, summed with each GPU it can attach, a GPU row); sums keep every digit.
     assert sorted(rows) == [
         ["a2-highgpu-1g", "A100", "1", "12", "85", "3.67339", "1.80385", "us-central1",
          "us-central1-a"],
+        ["n1-highmem-8", "", "", "8", "52", "0.47321", "0.17276", "us-central1",
+         "us-central1-a"],
         ["n1-highmem-8", "T4", "1", "8", "52", "0.82321", "", "us-central1", "us-central1-a"],
+        ["n2-standard-4", "", "", "4", "16", "0.19424", "0.06284", "mars-north1",
+         "mars-north1-a"],
     ]
 
 
@@ -198,20 +220,69 @@ def test_refresh_script_keeps_one_azure_row_per_region(tmp_path):
         ["Standard_D4s_v5", "", "", "4", "16", "", "0.2", "", "brazilsouth", "V2"],
     ])
     rows = refresh_catalog.curate_azure(refresh_catalog._read(tmp_path / "azure/vms.csv"))
-    assert rows == [["Standard_D4s_v5", "", "", "4", "16", "0.192", "0.04072", "eastus", ""]]
+    assert rows == [["Standard_D4s_v5", "", "", "4", "16", "0.192", "0.04072", "eastus", ""],
+                    ["Standard_D4s_v5", "", "", "4", "16", "0.2", "", "brazilsouth", ""]]
 
 
 def test_the_refresh_script_records_the_catalog_date_that_orch_reports(tmp_path, monkeypatch):
     for cloud in CATALOG_CLOUDS:
         _write(tmp_path / "src" / cloud / "vms.csv", SKY, [
-            ["m5.large", "", "", "2.0", "8.0", "", "0.096", "0.04", "us-east-1", "use1-az6"]])
+            ["m6i.large", "", "", "2.0", "8.0", "", "0.096", "0.04", "us-east-1", "use1-az6"]])
     out = tmp_path / "out"
     out.mkdir()
     monkeypatch.setattr("sys.argv", ["refresh_catalog", str(tmp_path / "src"), "--out", str(out),
                                      "--date", "2031-02-03"])
     refresh_catalog.main()
     assert json.loads((out / "catalog.json").read_text()) == {"date": "2031-02-03"}
-    assert (out / "aws.csv").read_text().splitlines()[1].startswith("m5.large,")
+    assert (out / "aws.csv").read_text().splitlines()[1].startswith("m6i.large,")
     # The shipped file is what `orch --version` shows.
     shipped = json.loads((DATA / "catalog.json").read_text())["date"]
     assert catalog_date() == shipped and re.fullmatch(r"\d{4}-\d{2}-\d{2}", shipped)
+
+
+def test_prices_keep_the_source_precision(tmp_path):
+    # Six decimals upstream stay six; sums are exact (no float noise, no rounding to 5).
+    _write(tmp_path / "gcp/vms.csv", SKY, [
+        ["n1-highmem-4", "", "", "4.0", "26.0", "", "0.236606", "0.0500015", "us-east1",
+         "us-east1-b"],
+        ["", "T4", "1", "", "", "", "0.35", "0.14", "us-east1", "us-east1-b"],
+    ])
+    rows = refresh_catalog.curate_gcp(refresh_catalog._read(tmp_path / "gcp/vms.csv"))
+    assert sorted((r[1], r[5], r[6]) for r in rows) == [
+        ("", "0.236606", "0.0500015"), ("T4", "0.586606", "0.1900015")]
+    shipped = [r.spot_price for r in load_catalog("azure").default_cpu_rows if r.spot_price]
+    assert any(len(repr(p).split(".")[1]) > 5 for p in shipped)
+
+
+def test_refresh_round_trip_regenerates_the_files_it_wrote(tmp_path):
+    """Curating a fixture, writing it, and loading it gives back the fixture's facts."""
+    for cloud, rows in {
+        "aws": [["m7i.xlarge", "", "", "4.0", "16.0", "", "0.2016", "0.0914", "eu-west-1",
+                 "euw1-az3"],
+                ["g6e.xlarge", "L40S", "1.0", "4.0", "32.0", "{}", "1.861", "0.74652",
+                 "us-east-1", "use1-az4"],
+                ["m7i.metal-24xl", "", "", "96.0", "384.0", "", "4.8", "", "us-east-1",
+                 "use1-az4"]],
+        "gcp": [["n4-standard-8", "", "", "8.0", "32.0", "", "0.37808", "0.1484",
+                 "us-central1", "us-central1-a"]],
+        "azure": [["Standard_E8s_v5", "", "", "8", "64", "", "0.504", "0.0605",
+                   "westeurope", "V2"]],
+    }.items():
+        _write(tmp_path / "src" / cloud / "vms.csv", SKY, rows)
+    out = tmp_path / "out"
+    out.mkdir()
+    counts = refresh_catalog.refresh(tmp_path / "src", out, "2031-02-03")
+    assert counts == {"aws": 2, "gcp": 1, "azure": 1}  # bare metal is left out
+    from orch.catalog.loader import CloudCatalog
+
+    aws = CloudCatalog.of_text("aws", "aws.csv", (out / "aws.csv").read_text())
+    (g6e,) = aws.rows_of_type("g6e.xlarge")
+    assert (g6e.accelerator_name, g6e.accelerator_count, g6e.zone) == ("L40S", 1, "us-east-1d")
+    assert (g6e.price, g6e.spot_price) == (1.861, 0.74652)
+    assert [r.instance_type for r in aws.default_cpu_rows] == ["m7i.xlarge"]
+    assert aws.zones_by_region == {"eu-west-1": {"eu-west-1a"}, "us-east-1": {"us-east-1d"}}
+    again = tmp_path / "again"
+    again.mkdir()
+    refresh_catalog.refresh(tmp_path / "src", again, "2031-02-03")
+    assert all((out / f).read_text() == (again / f).read_text()
+               for f in ("aws.csv", "gcp.csv", "azure.csv", "catalog.json"))

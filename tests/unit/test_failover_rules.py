@@ -17,13 +17,20 @@ from temporalio.worker import Worker
 from orch.clouds.errors import BlockScope
 from orch.failover_rules import (
     HISTORY_HEADERS,
+    HISTORY_KEPT,
+    RETRIES_PER_ZONE,
+    THROTTLE_BACKOFF_S,
+    AttemptLog,
     BlockEntry,
     Blocklist,
     Candidate,
     FailoverAttempt,
+    Retries,
     block_entry,
     history_rows,
+    is_throttling,
     record_failure,
+    retry_backoff_s,
 )
 
 P4D = Candidate(cloud="aws", region="us-east-1", zones=["us-east-1a", "us-east-1b"],
@@ -70,6 +77,93 @@ def test_cloud_scope_blocks_the_cloud_and_nothing_else():
 def test_transient_errors_block_nothing():
     assert block_entry(P4D, "TransientError", BlockScope.NONE, "us-east-1a") is None
     assert Blocklist().add(None) == Blocklist()
+
+
+def _fail_transient(retries: Retries, zone: str | None, code: str = "InternalError",
+                    candidate: Candidate = P4D) -> tuple[FailoverAttempt, Retries]:
+    attempt = record_failure(candidate, zone, "TransientError", code, "try later",
+                             BlockScope.NONE, retries=retries.of(candidate, zone))
+    return attempt, retries.after(attempt)
+
+
+def test_a_failure_that_blocks_nothing_blocks_its_zone_at_the_retry_limit():
+    retries = Retries()
+    blocks = []
+    for _ in range(RETRIES_PER_ZONE):
+        attempt, retries = _fail_transient(retries, "us-east-1a")
+        blocks.append(attempt.block)
+    assert blocks[:-1] == [None] * (RETRIES_PER_ZONE - 1)
+    assert blocks[-1] == BlockEntry(cloud="aws", region="us-east-1", zone="us-east-1a",
+                                    instance_type="p4d.24xlarge", use_spot=False,
+                                    reason=f"TransientError x{RETRIES_PER_ZONE}")
+    # The blocking attempt is not counted again; other places have counts of their own.
+    assert retries.of(P4D, "us-east-1a") == RETRIES_PER_ZONE - 1
+    assert retries.of(P4D, "us-east-1b") == 0
+    assert retries.of(P4D.model_copy(update={"use_spot": True}), "us-east-1a") == 0
+    zoneless, _ = _fail_transient(Retries(counts={"azure/eastus/-/Standard_ND96asr_v4/on": 2}),
+                                  None, candidate=AZURE)
+    assert zoneless.block is not None and zoneless.block.describe() == (
+        "azure region eastus (Standard_ND96asr_v4)")
+
+
+def test_retries_are_immutable_and_count_only_unblocked_failures():
+    empty = Retries()
+    attempt, once = _fail_transient(empty, "us-east-1a")
+    assert empty.counts == {} and once.of(P4D, "us-east-1a") == 1
+    capacity = record_failure(P4D, "us-east-1a", "CapacityError", "", "", BlockScope.ZONE)
+    assert once.after(capacity) is once
+
+
+def test_throttling_backs_off_longer_each_time_and_not_once_the_place_is_blocked():
+    retries, waits = Retries(), []
+    for _ in range(RETRIES_PER_ZONE):
+        before = retries.of(P4D, "us-east-1a")
+        attempt, retries = _fail_transient(retries, "us-east-1a", code="RequestLimitExceeded")
+        waits.append(retry_backoff_s(attempt, before))
+    assert waits == [*THROTTLE_BACKOFF_S[:RETRIES_PER_ZONE - 1], 0]
+    assert waits[0] < waits[1]
+    passing, _ = _fail_transient(Retries(), "us-east-1a", code="InternalError")
+    assert retry_backoff_s(passing, 0) == 0
+
+
+def test_each_clouds_throttling_errors_are_recognised():
+    """The codes come from the providers' own error translation, not from this test."""
+    from botocore.exceptions import ClientError
+
+    from orch.clouds import aws_errors, azure_errors, gcp_errors
+
+    def aws(code: str) -> str:
+        return aws_errors.translate(ClientError({"Error": {"Code": code}}, "RunInstances")).code
+
+    def gcp(code: str = "", status: int = 0) -> str:  # a finished operation's error
+        errors = [{"code": code, "message": "slow down"}] if code else []
+        return gcp_errors.from_operation({"error": {"errors": errors},
+                                          "httpErrorStatusCode": status}).code
+
+    throttled = [
+        aws("RequestLimitExceeded"), aws("Throttling"),
+        gcp(code="rateLimitExceeded"), gcp(code="RESOURCE_OPERATION_RATE_EXCEEDED"),
+        gcp(status=429),
+        azure_errors.classify("TooManyRequests", "slow down", status=429, region="eastus",
+                              zone=None).code,
+        azure_errors.classify("", "slow down", status=429, region="eastus", zone=None).code,
+    ]
+    assert all(is_throttling(code) for code in throttled), throttled
+    passing = [aws("InternalError"), gcp(code="backendError"), gcp(status=503),
+               azure_errors.classify("", "oops", status=500, region="eastus", zone=None).code]
+    assert not any(is_throttling(code) for code in passing), passing
+
+
+def test_the_attempt_log_keeps_the_latest_and_counts_the_rest():
+    log = AttemptLog()
+    attempts = [record_failure(P4D, f"zone-{n}", "CapacityError", "", "", BlockScope.ZONE)
+                for n in range(HISTORY_KEPT + 7)]
+    for attempt in attempts:
+        log = log.add(attempt)
+    assert log.recent == attempts[7:] and log.older == 7 and log.total == HISTORY_KEPT + 7
+    rows = history_rows(log.recent, log.older)
+    assert rows[0][0] == "8" and rows[-1][0] == str(HISTORY_KEPT + 7)
+    assert AttemptLog.model_validate_json(log.model_dump_json()) == log
 
 
 def test_a_zone_entry_does_not_block_a_zoneless_query():

@@ -59,13 +59,27 @@ def test_price_covers_all_nodes_and_is_the_cheapest_zone():
         assert c.num_nodes == 3
 
 
-def test_zones_are_ordered_by_price_and_all_listed():
+def _cheapest_by_zone(fitting: list[CatalogRow], spot: bool) -> dict[tuple[str, Any], Any]:
+    best: dict[tuple[str, Any], Any] = {}
+    for r in fitting:
+        price = r.price_for(spot)
+        if price is not None:
+            key = (r.region, r.zone)
+            best[key] = min(best.get(key, (price, r.instance_type)), (price, r.instance_type))
+    return best
+
+
+def test_each_zone_offers_its_cheapest_fitting_type_zones_ordered_by_price():
     found = plan(task(cloud="aws", accelerators="T4", use_spot=True), host=SMALL_HOST)
+    t4 = [r for r in rows("aws") if (r.accelerator_name, r.accelerator_count) == ("T4", 1)]
+    best = _cheapest_by_zone(t4, spot=True)
+    listed = [(c.region, z) for c in found for z in c.zones]
+    assert sorted(listed) == sorted(best)  # every zone once, with its cheapest type
     for c in found:
-        offers = [r for r in rows("aws") if (r.region, r.instance_type)
-                  == (c.region, c.instance_type) and r.spot_price is not None]
-        expected = [r.zone for r in sorted(offers, key=lambda r: (r.spot_price, r.zone))]
-        assert c.zones == expected
+        spot = {r.zone: r.spot_price for r in t4 if r.spot_price is not None
+                and (r.region, r.instance_type) == (c.region, c.instance_type)}
+        assert all(best[(c.region, z)] == (spot[z], c.instance_type) for z in c.zones)
+        assert [spot[z] for z in c.zones] == sorted(spot[z] for z in c.zones)
 
 
 def test_candidates_carry_the_instance_shape():
@@ -132,12 +146,15 @@ def test_cpus_n_means_at_least_n_preferring_the_smallest_fit_per_region():
         assert c.cpus == min(fits)
 
 
-def test_cpus_n_plus_keeps_every_bigger_size():
+def test_cpus_n_plus_offers_the_cheapest_fit_of_every_size_per_zone():
     exact = plan(task(cloud="gcp", cpus="4"), host=SMALL_HOST)
     plus = plan(task(cloud="gcp", cpus="4+"), host=SMALL_HOST)
     assert {c.cpus for c in exact} == {4}
-    assert {c.cpus for c in plus} == {r.vcpus for r in rows("gcp")
-                                      if r.accelerator_name is None and r.vcpus >= 4}
+    fitting = [r for r in load_catalog("gcp").default_cpu_rows
+               if r.vcpus >= 4 and r.memory_gib >= 4 * r.vcpus]
+    best = _cheapest_by_zone(fitting, spot=False)
+    assert {(c.region, z): (c.price_per_node, c.instance_type) for c in plus
+            for z in c.zones} == best
     assert prices(plus)[0] <= prices(exact)[0]
 
 
@@ -163,7 +180,8 @@ def test_memory_ratio_is_per_vcpu_of_each_instance_type():
     found = plan(task(cloud="gcp", cpus="4+", memory="8x"), host=SMALL_HOST)
     assert found and all(c.memory_gb >= 8 * c.cpus for c in found)
     loose = plan(task(cloud="gcp", cpus="4+"), host=SMALL_HOST)
-    assert len(loose) > len(found)
+    assert any(c.memory_gb < 8 * c.cpus for c in loose)  # 4 GiB per vCPU is cheaper
+    assert prices(loose)[0] < prices(found)[0]
 
 
 def test_cpu_requests_never_get_gpu_instances():
@@ -436,3 +454,83 @@ def test_the_default_region_applies_only_when_the_cloud_is_named_without_a_regio
     pinned = plan(task(cloud="aws", region="us-east-1"), default_regions=default,
                   host=SMALL_HOST)
     assert {c.region for c in pinned} == {"us-east-1"}
+
+
+# --- SkyPilot's defaults and names --------------------------------------------------------
+
+@pytest.mark.parametrize("cloud", CATALOG_CLOUDS)
+def test_cpu_tasks_get_skypilots_default_families_cheapest_first(cloud):
+    from orch.catalog.families import DEFAULT_CPU_FAMILIES, instance_family
+
+    found = plan(task(cloud=cloud, cpus="4+"), host=SMALL_HOST)
+    assert {instance_family(cloud, c.instance_type or "") for c in found} <= (
+        DEFAULT_CPU_FAMILIES[cloud])
+    # The cheaper family wins: nothing in the default families that fits is cheaper.
+    fitting = [r.price for r in load_catalog(cloud).default_cpu_rows
+               if r.vcpus >= 4 and r.memory_gib >= 4 * r.vcpus]
+    assert found[0].price_per_node == min(fitting)
+    # A type outside the default families is still there when named.
+    other = next(r for r in rows(cloud) if r.accelerator_name is None
+                 and instance_family(cloud, r.instance_type) not in DEFAULT_CPU_FAMILIES[cloud])
+    assert plan(task(cloud=cloud, instance_type=other.instance_type), host=SMALL_HOST)
+
+
+def test_default_families_are_named_as_skypilot_names_them():
+    from orch.catalog.families import instance_family, is_default_cpu_type
+
+    assert instance_family("aws", "m6i.2xlarge") == "m6i"
+    assert instance_family("gcp", "n2-highmem-8") == "n2-highmem"
+    assert instance_family("azure", "Standard_D8s_v5") == "Ds_v5"
+    assert instance_family("azure", "Standard_E4-2s_v5") == "constrained"
+    assert is_default_cpu_type("azure", "Standard_F16s_v2")
+    assert not is_default_cpu_type("gcp", "e2-standard-8")
+
+
+def test_unsized_gpu_on_a_gcp_n1_host_gets_skypilots_default_host():
+    (first, *_) = plan(task(cloud="gcp", accelerators="T4:1"), host=SMALL_HOST)
+    assert first.cpus >= 4 and first.memory_gb >= 16  # _NUM_ACC_TO_NUM_CPU T4:1 = 4
+    bigger = plan(task(cloud="gcp", accelerators="T4:1", cpus="16+"), host=SMALL_HOST)
+    assert bigger and all(c.cpus >= 16 and c.memory_gb >= 64 for c in bigger)  # 4 GiB/vCPU
+    lean = plan(task(cloud="gcp", accelerators="T4:1", cpus="16+", memory="16+"),
+                host=SMALL_HOST)
+    assert lean[0].price_per_hour < bigger[0].price_per_hour  # n1-highcpu-16 may serve
+
+
+@pytest.mark.parametrize(("asked", "canonical"), [
+    ("a100-40gb:1", "A100"), ("A100-80gb:1", "A100-80GB"), ("h100-mega:8", "H100-MEGA"),
+    ("a10g:1", "A10G"), ("mi300:8", "MI300X"), ("V100-16GB:1", "V100"),
+])
+def test_accelerator_names_resolve_as_skypilot_resolves_them(asked, canonical):
+    # Case-insensitive, SkyPilot's memory-qualified aliases, a unique partial name.
+    found = plan(task(accelerators=asked), host=SMALL_HOST)
+    assert {next(iter(c.accelerators or {})) for c in found} == {canonical}
+
+
+def test_a_name_matching_several_accelerators_lists_them():
+    with pytest.raises(UnknownResourceError, match="did you mean 'H100' or 'H100-MEGA'"):
+        plan(task(accelerators="h10:8"), host=SMALL_HOST)
+
+
+def test_when_no_default_family_fits_any_cpu_type_of_the_cloud_does(monkeypatch):
+    from orch import offers
+    from orch.catalog.families import is_default_cpu_type
+    from orch.catalog.loader import CloudCatalog
+    from orch.catalog.rows import COLUMNS
+
+    # A curated catalog may lack the big sizes of the default families: then another
+    # family that fits serves, rather than no offer at all.
+    small = CloudCatalog.of_text("aws", "fixture.csv", "\n".join([
+        ",".join(COLUMNS),
+        "c8i.24xlarge,,,96,192,4.2,1.1,us-east-1,us-east-1a",
+        "m6i.large,,,2,8,0.096,0.04,us-east-1,us-east-1a",
+    ]))
+    monkeypatch.setattr(offers, "load_catalog", lambda cloud: small)
+    (found,) = plan(task(cloud="aws", cpus="64+", memory="2x"), host=SMALL_HOST)
+    assert found.instance_type == "c8i.24xlarge"
+    assert not is_default_cpu_type("aws", found.instance_type)
+    (default,) = plan(task(cloud="aws", cpus="2"), host=SMALL_HOST)
+    assert default.instance_type == "m6i.large"
+    # With r6i/r7i in the shipped catalog, 8 GiB per vCPU stays in the default families.
+    monkeypatch.undo()
+    ratio = plan(task(cloud="aws", cpus="8+", memory="8x"), host=SMALL_HOST)
+    assert ratio and all(is_default_cpu_type("aws", c.instance_type or "") for c in ratio)

@@ -107,6 +107,7 @@ class FakeCloud:
         self.no_capacity: set[str] = set()  # zones
         self.no_quota: set[str] = set()  # regions
         self.no_auth: set[str] = set()  # clouds
+        self.zone_errors: dict[str, ApplicationError] = {}  # raised by every create there
         self.placements: list[tuple[str, str, str | None]] = []  # successful provisions
         self.ray_is_healthy = True
         self.jobs = JobsActivity(active=False)  # what the head's job table says (autostop)
@@ -166,6 +167,8 @@ class FakeCloud:
             await self._enter("run_instances")
             config = request.config
             nodes = self.instances[config.cluster_name]
+            if config.zone in self.zone_errors:
+                raise self.zone_errors[config.zone]
             if config.zone in self.no_capacity:
                 # The head comes up, the workers do not: a partial cluster to clean up.
                 nodes[f"{config.cluster_name}-0"] = InstanceStatus.RUNNING

@@ -9,14 +9,22 @@ from datetime import timedelta
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowFailureError, WorkflowHistory
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import WorkflowEnvironment
 
-from orch.failover_rules import HISTORY_HEADERS, Candidate, FailoverAttempt, history_rows
+from orch import failover_rules
+from orch.failover_rules import (
+    HISTORY_HEADERS,
+    RETRIES_PER_ZONE,
+    THROTTLE_BACKOFF_S,
+    Candidate,
+    FailoverAttempt,
+    history_rows,
+)
 from orch.semaphore import LAUNCH_SEMAPHORE_ID, PERMITS_QUERY, SemaphoreView
 from orch.spec import Task
-from tests.workflows.fake_cloud import FakeCloud, fake_cloud_worker
+from tests.workflows.fake_cloud import FakeCloud, fake_cloud_worker, provision_error
 from tests.workflows.histories import save_with_children
 from workflows.failover import RETRY_ROUND_S, FailoverInput, FailoverWorkflow
 
@@ -35,10 +43,11 @@ FIVE = [
 ]
 
 
-async def run_failover(env, task_queue: str, retry_until_up: bool = False):  # type: ignore[no-untyped-def]
+async def run_failover(env, task_queue: str, retry_until_up: bool = False,  # type: ignore[no-untyped-def]
+                       **fields):
     return await env.client.start_workflow(
         FailoverWorkflow.run,
-        FailoverInput(cluster_name="hop", task=TASK, retry_until_up=retry_until_up),
+        FailoverInput(cluster_name="hop", task=TASK, retry_until_up=retry_until_up, **fields),
         id=f"failover-{uuid.uuid4().hex[:6]}", task_queue=task_queue,
     )
 
@@ -73,19 +82,24 @@ async def test_failover_over_five_candidates_blocks_zone_region_and_cloud(time_s
     assert cloud.instances["hop"].keys() == {"hop-0", "hop-1"}
 
 
-async def test_when_nothing_works_the_error_carries_the_failover_table(time_skipping_env
-                                                                      ) -> None:
+async def fail_everywhere(env: WorkflowEnvironment) -> tuple[FakeCloud, ApplicationError]:
+    """The five candidates, each refused (6 attempts): the fake cloud and the failure."""
     cloud = FakeCloud(FIVE)
     cloud.no_capacity = {"us-east-1a", "us-east-1b", "1"}
     cloud.no_quota = {"us-west-2"}
     cloud.no_auth = {"gcp"}
-    async with fake_cloud_worker(time_skipping_env, cloud) as bed:
-        handle = await run_failover(time_skipping_env, bed.task_queue)
+    async with fake_cloud_worker(env, cloud) as bed:
+        handle = await run_failover(env, bed.task_queue)
         with pytest.raises(WorkflowFailureError) as failure:
             await handle.result()
-
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "NoResourcesError"
+    return cloud, cause
+
+
+async def test_when_nothing_works_the_error_carries_the_failover_table(time_skipping_env
+                                                                      ) -> None:
+    cloud, cause = await fail_everywhere(time_skipping_env)
     attempts = [FailoverAttempt.model_validate(a) for a in cause.details[0]["attempts"]]
     rows = history_rows(attempts)
     assert len(rows) == 6 and len(rows[0]) == len(HISTORY_HEADERS)
@@ -146,3 +160,126 @@ async def test_cancel_mid_attempt_removes_its_nodes_and_is_not_a_failed_attempt(
     assert cloud.instances["hop"] == {}  # the half-made nodes were removed
     assert cloud.calls.count("run_instances") == 1  # no next candidate was tried
     assert next(p for p in view.pools if p.kind == "launch").held == 0
+
+
+# -- failover always ends ---------------------------------------------------------------
+ONE_ZONE_EACH = [
+    Candidate(cloud="aws", region="us-east-1", zones=["us-east-1a"],
+              instance_type="p4d.24xlarge", price_per_hour=1.0),
+    Candidate(cloud="aws", region="us-west-2", zones=["us-west-2a"],
+              instance_type="p4d.24xlarge", price_per_hour=2.0),
+]
+ENDS_WITHIN_S = 60  # of real time: a failover that re-plans one place forever never ends
+
+
+def timers(history: WorkflowHistory) -> list[timedelta]:
+    return [e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+            for e in history.events if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
+
+
+async def test_a_persistent_transient_error_blocks_its_zone_after_the_retry_limit(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    cloud = FakeCloud(ONE_ZONE_EACH)
+    cloud.zone_errors["us-east-1a"] = provision_error("TransientError", "InternalError", "none")
+    async with fake_cloud_worker(time_skipping_env, cloud) as bed:
+        handle = await run_failover(time_skipping_env, bed.task_queue)
+        output = await asyncio.wait_for(handle.result(), ENDS_WITHIN_S)
+        history = await handle.fetch_history()
+
+    assert output.placement.zone == "us-west-2a"
+    assert [(a.zone, a.block.describe() if a.block else None) for a in output.history] == [
+        ("us-east-1a", None), ("us-east-1a", None),
+        ("us-east-1a", "aws zone us-east-1a (p4d.24xlarge)")]
+    assert output.history[-1].block.reason == f"TransientError x{RETRIES_PER_ZONE}"  # type: ignore[union-attr]
+    assert timers(history) == []  # a passing fault (not throttling) is retried at once
+
+
+async def test_a_persistent_transient_error_everywhere_ends_with_no_resources(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    cloud = FakeCloud(ONE_ZONE_EACH[:1])
+    cloud.zone_errors["us-east-1a"] = provision_error("TransientError", "InternalError", "none")
+    async with fake_cloud_worker(time_skipping_env, cloud) as bed:
+        handle = await run_failover(time_skipping_env, bed.task_queue)
+        with pytest.raises(WorkflowFailureError) as failure:
+            await asyncio.wait_for(handle.result(), ENDS_WITHIN_S)
+        await save_with_children(time_skipping_env.client, handle, "failover_transient_limit")
+
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "NoResourcesError"
+    attempts = [FailoverAttempt.model_validate(a) for a in cause.details[0]["attempts"]]
+    assert len(attempts) == RETRIES_PER_ZONE
+    assert [a.error_type for a in attempts] == ["TransientError"] * RETRIES_PER_ZONE
+    assert cloud.calls.count("run_instances") == RETRIES_PER_ZONE
+
+
+async def test_persistent_throttling_backs_off_without_a_permit_then_moves_on(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    cloud = FakeCloud(ONE_ZONE_EACH)
+    cloud.zone_errors["us-east-1a"] = provision_error(
+        "TransientError", "RequestLimitExceeded", "none")
+    async with fake_cloud_worker(time_skipping_env, cloud) as bed:
+        handle = await run_failover(time_skipping_env, bed.task_queue)
+        output = await asyncio.wait_for(handle.result(), ENDS_WITHIN_S)
+        history = await handle.fetch_history()
+        await save_with_children(time_skipping_env.client, handle, "failover_throttled")
+
+    assert output.placement.zone == "us-west-2a"
+    assert [a.code for a in output.history] == ["RequestLimitExceeded"] * RETRIES_PER_ZONE
+    # A durable wait after each throttled try that left the zone open; none after the last.
+    assert timers(history) == [timedelta(seconds=s) for s in THROTTLE_BACKOFF_S]
+    # Each wait starts after the permit went back, and a new one is asked for after it.
+    kinds = [e.event_type for e in history.events if e.event_type in (
+        EventType.EVENT_TYPE_TIMER_STARTED,
+        EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
+        EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)]
+    for at in [i for i, k in enumerate(kinds) if k == EventType.EVENT_TYPE_TIMER_STARTED]:
+        released = [i for i in range(at) if kinds[i] ==
+                    EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED]
+        assert released and released[-1] == at - 1
+
+
+async def test_the_history_kept_is_bounded_and_counts_the_rest(
+    time_skipping_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(failover_rules, "HISTORY_KEPT", 4)
+    _, cause = await fail_everywhere(time_skipping_env)
+    details = cause.details[0]
+    attempts = [FailoverAttempt.model_validate(a) for a in details["attempts"]]
+    assert details["older_attempts"] == 2  # 6 attempts: the first 2 only counted
+    assert [a.candidate.region for a in attempts] == ["us-west-2", "us-central1", "eastus",
+                                                      "westus2"]
+    assert [r[0] for r in history_rows(attempts, details["older_attempts"])] == [
+        "3", "4", "5", "6"]
+
+
+async def test_retry_until_up_continues_as_new_and_then_succeeds(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    cloud = FakeCloud(FIVE[:1])
+    cloud.no_capacity = {"us-east-1a", "us-east-1b"}
+    async with fake_cloud_worker(time_skipping_env, cloud) as bed:
+        handle = await run_failover(time_skipping_env, bed.task_queue, retry_until_up=True,
+                                    rounds_per_run=1)
+        first_run = handle.result_run_id
+        await time_skipping_env.sleep(timedelta(seconds=sum(RETRY_ROUND_S[:2]) + 1))
+        for _ in range(200):  # two rounds, two runs: the third has started
+            latest = await handle.describe()
+            if latest.run_id != first_run and len(await handle.query(
+                    FailoverWorkflow.attempts)) >= 4:
+                break
+            await asyncio.sleep(0.05)
+        cloud.no_capacity = set()  # capacity comes back
+        output = await handle.result()
+        first_handle = time_skipping_env.client.get_workflow_handle(handle.id, run_id=first_run)
+        first = await first_handle.fetch_history()
+        await save_with_children(time_skipping_env.client, first_handle,
+                                 "failover_continued_as_new")
+
+    assert first.events[-1].event_type == (
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW)
+    assert output.placement.zone == "us-east-1a"
+    assert len(output.history) >= 4  # every earlier run's attempts came along
+    assert {a.zone for a in output.history} == {"us-east-1a", "us-east-1b"}

@@ -1,0 +1,219 @@
+"""Cancelling a ClusterWorkflow (the Web UI's "Cancel", ``temporal workflow cancel``) tears
+the cluster down instead of orphaning it: mid-launch and once it is UP. Time-skipping
+server, scripted FakeCloud; afterwards the fake cloud holds no instance of the cluster."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import CancelledError
+from temporalio.testing import WorkflowEnvironment
+
+from orch.failover_rules import Candidate
+from orch.records import ClusterRecord, DownRequest, LaunchRequest, LaunchResult
+from orch.spec import Task
+from orch.status import ClusterStatus
+from tests.workflows.fake_cloud import FakeCloud, fake_cloud_worker, provision_error
+from tests.workflows.histories import save_with_children
+from workflows import failover as failover_module
+from workflows.cluster import ClusterWorkflow
+
+TASK = Task(num_nodes=2, run="echo run")
+
+
+async def until(check, what: str, tries: int = 400) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(tries):
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+async def cancelled_record(handle: WorkflowHandle) -> ClusterRecord:
+    """The cancelled workflow's end: it completes, as after orch down, with its record."""
+    record = ClusterRecord.model_validate(await handle.result())
+    assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
+    return record
+
+
+async def launching(env: WorkflowEnvironment, handle: WorkflowHandle, cloud: FakeCloud
+                    ) -> tuple[asyncio.Future[LaunchResult], WorkflowHandle]:
+    """Start a launch and wait until its RunInstances is in flight (held by the test):
+    the launch update, and the handle of the FailoverWorkflow making the nodes."""
+    launch = asyncio.ensure_future(
+        handle.execute_update(ClusterWorkflow.launch, LaunchRequest(task=TASK)))
+    await until(lambda: asyncio.sleep(0, "run_instances" in cloud.calls), "RunInstances")
+    first_run = (await handle.describe()).run_id
+    return launch, env.client.get_workflow_handle(
+        f"{handle.id}/launch-{first_run[:8]}-1/failover")
+
+
+async def asked_to_stop(failover: WorkflowHandle) -> None:
+    """Until the failover asked its call in flight to stop (it then cleans up after it)."""
+    async def cancel_requested() -> bool:
+        return any(e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
+                   for e in (await failover.fetch_history()).events)
+
+    await until(cancel_requested, "the cancel reaching the failover's call")
+
+
+async def test_cancel_mid_launch_removes_the_nodes_being_made(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    cloud = FakeCloud()
+    creating = cloud.hold("run_instances")
+    async with fake_cloud_worker(time_skipping_env, cloud) as bed:
+        handle = await bed.start_cluster("doomed")
+        launch, failover = await launching(time_skipping_env, handle, cloud)
+
+        await handle.cancel()
+        await asked_to_stop(failover)
+        creating.set()  # the RunInstances in flight completes: its nodes now exist
+        record = await cancelled_record(handle)
+        await save_with_children(time_skipping_env.client, handle, "cluster_cancel_launching")
+        with pytest.raises(WorkflowUpdateFailedError):
+            await launch
+
+    assert record.status == ClusterStatus.TERMINATED
+    assert cloud.instances["doomed"] == {}  # the failover removed what the call made
+    assert cloud.calls.count("run_instances") == 1  # and tried nothing else
+    assert "setup_runtime" not in cloud.calls
+    assert "workflow cancelled: tearing the cluster down" in record.events
+
+
+async def test_cancel_an_up_cluster_tears_it_down(time_skipping_env: WorkflowEnvironment
+                                                  ) -> None:
+    cloud = FakeCloud()
+    async with fake_cloud_worker(time_skipping_env, cloud) as bed:
+        handle = await bed.start_cluster("up")
+        await handle.execute_update(ClusterWorkflow.launch, LaunchRequest(task=TASK))
+        assert len(cloud.instances["up"]) == 2
+
+        await handle.cancel()
+        record = await cancelled_record(handle)
+        await save_with_children(time_skipping_env.client, handle, "cluster_cancel_up")
+
+    assert record.status == ClusterStatus.TERMINATED
+    assert cloud.instances["up"] == {}
+    assert cloud.calls[-3:] == ["terminate_instances", "wait_instances_gone", "cleanup_ports"]
+
+
+async def test_a_cancelled_cluster_takes_no_new_operation(time_skipping_env: WorkflowEnvironment
+                                                          ) -> None:
+    cloud = FakeCloud()
+    gone = cloud.hold("wait_instances_gone")  # the cancel's teardown is under way
+    async with fake_cloud_worker(time_skipping_env, cloud) as bed:
+        handle = await bed.start_cluster("busy")
+        await handle.execute_update(ClusterWorkflow.launch, LaunchRequest(task=TASK))
+        await handle.cancel()
+        await until(lambda: asyncio.sleep(0, "wait_instances_gone" in cloud.calls), "teardown")
+        again = asyncio.ensure_future(
+            handle.execute_update(ClusterWorkflow.launch, LaunchRequest(task=TASK)))
+        await asyncio.sleep(0.3)
+        gone.set()
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await again
+        record = await cancelled_record(handle)
+
+    assert "torn down" in str(refused.value.cause)
+    assert record.status == ClusterStatus.TERMINATED and cloud.instances["busy"] == {}
+    assert cloud.calls.count("run_instances") == 1
+
+
+async def test_terminating_the_cluster_workflow_mid_launch_still_removes_the_nodes(
+    dev_server: WorkflowEnvironment,  # the time-skipping server applies no parent-close policy
+) -> None:
+    """No cleanup runs in a terminated workflow: the parent-close policies (REQUEST_CANCEL
+    on the launch, and on its failover) make the failover remove what it made."""
+    cloud = FakeCloud()
+    creating = cloud.hold("run_instances")
+    async with fake_cloud_worker(dev_server, cloud) as bed:
+        handle = await bed.start_cluster("cut")
+        launch, failover = await launching(dev_server, handle, cloud)
+
+        await handle.terminate("operator")
+        await asked_to_stop(failover)
+        creating.set()
+        with pytest.raises(WorkflowFailureError) as failure:
+            await failover.result()
+        with pytest.raises(Exception):  # noqa: B017 (the update never completes)
+            await launch
+        launch_workflow = dev_server.client.get_workflow_handle(failover.id.rsplit("/", 1)[0])
+        await until(lambda: _closed(launch_workflow), "the launch's end")
+        launch_status = (await launch_workflow.describe()).status
+
+    assert isinstance(failure.value.cause, CancelledError)
+    assert launch_status == WorkflowExecutionStatus.CANCELED  # asked to stop, not killed
+    assert cloud.instances["cut"] == {}
+
+
+async def _closed(handle: WorkflowHandle) -> bool:
+    return (await handle.describe()).status != WorkflowExecutionStatus.RUNNING
+
+
+async def test_a_teardown_that_fails_after_the_cancel_leaves_the_cluster_for_orch_down(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    cloud = FakeCloud()
+    async with fake_cloud_worker(time_skipping_env, cloud) as bed:
+        handle = await bed.start_cluster("stuck")
+        await handle.execute_update(ClusterWorkflow.launch, LaunchRequest(task=TASK))
+        cloud.fail("terminate_instances", provision_error("AuthError", "ExpiredToken", "cloud"))
+
+        await handle.cancel()
+
+        async def gave_up() -> bool:
+            record: ClusterRecord = await handle.query(ClusterWorkflow.record)
+            return any("after the workflow was cancelled" in e for e in record.events)
+
+        await until(gave_up, "the failed teardown")
+        assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+        assert len(cloud.instances["stuck"]) == 2  # still there, and still known
+        await handle.execute_update(ClusterWorkflow.down, DownRequest())  # the retry
+        record = await cancelled_record(handle)
+
+    assert record.status == ClusterStatus.TERMINATED and cloud.instances["stuck"] == {}
+
+
+async def test_cancel_reaches_a_failover_that_continued_as_new(
+    dev_server: WorkflowEnvironment,  # the time-skipping server delivers the SDK's own cancel
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--retry-until-up: the failover has continued as new when the cluster is cancelled.
+    The launch's cancel must reach the failover's current run, not the first one."""
+    monkeypatch.setattr(failover_module, "ROUNDS_PER_RUN", 1)
+    monkeypatch.setattr(failover_module, "RETRY_ROUND_S", (1,))
+    cloud = FakeCloud([Candidate(cloud="aws", region="us-east-1", zones=["us-east-1a"])])
+    cloud.no_capacity = {"us-east-1a"}
+    async with fake_cloud_worker(dev_server, cloud) as bed:
+        handle = await bed.start_cluster("waits")
+        launch = asyncio.ensure_future(handle.execute_update(
+            ClusterWorkflow.launch, LaunchRequest(task=TASK, retry_until_up=True)))
+        await until(lambda: asyncio.sleep(0, "run_instances" in cloud.calls), "RunInstances")
+        first_run = (await handle.describe()).run_id
+        failover = dev_server.client.get_workflow_handle(
+            f"{handle.id}/launch-{first_run[:8]}-1/failover")
+        started = (await failover.describe()).run_id
+
+        async def continued() -> bool:
+            return (await failover.describe()).run_id != started
+
+        await until(continued, "the failover's continue-as-new")
+        await handle.cancel()
+        record = await asyncio.wait_for(cancelled_record(handle), 30)
+        with pytest.raises(WorkflowUpdateFailedError):
+            await launch
+        failover_status = (await failover.describe()).status
+        await save_with_children(dev_server.client, handle, "cluster_cancel_continued_failover")
+
+    assert record.status == ClusterStatus.TERMINATED
+    assert failover_status == WorkflowExecutionStatus.CANCELED
+    assert cloud.instances["waits"] == {}
