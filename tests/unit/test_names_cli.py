@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from cli.bulk import _unknown
-from orch.names import RULE
+from orch.client import Client
+from orch.client.managed_jobs import ManagedJobs
+from orch.names import RULE, InvalidNameError
+from orch.spec import Task
 from tests.spec.test_secrets import orch  # the CLI in its own ORCH_HOME (tmp_path)
 
 
@@ -65,3 +68,26 @@ def test_an_unknown_cluster_with_a_bad_name_is_told_the_rule() -> None:
         "cluster bad;name does not exist (did you mean bad-name?), and is not a valid "
         "cluster name: 'bad;name' has ';'; use " + RULE + "; orch status lists the clusters")
     assert "valid" not in _unknown("fine", [], {})
+
+
+class _NoTemporal:
+    """Stands for a Temporal client: any use of it fails the test."""
+
+    namespace = "default"
+
+    class service_client:  # noqa: N801 (the attribute's name)
+        class config:  # noqa: N801
+            target_host = "nowhere:7233"
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"Temporal was used ({name}) for a name that is refused")
+
+
+async def test_the_python_api_refuses_bad_names_before_any_call() -> None:
+    client = Client(_NoTemporal())  # type: ignore[arg-type]
+    with pytest.raises(InvalidNameError, match=r"cluster: invalid cluster name"):
+        await client.launch(Task(run="echo hi"), "bad;name")
+    with pytest.raises(InvalidNameError, match=r"managed job: invalid managed-job name"):
+        await ManagedJobs(client).launch([Task(run="echo hi")], "1bad")
+    with pytest.raises(InvalidNameError, match=r"'9lives' does not start with a letter"):
+        await ManagedJobs(client).launch([Task(name="9lives", run="echo hi")])
