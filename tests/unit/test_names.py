@@ -169,3 +169,17 @@ def test_the_env_id_replaces_everything(tmp_path: Path) -> None:
     assert pinned == control_plane_hash(tmp_path / "b", "x:1/y", env=env)
     assert pinned != control_plane_hash(tmp_path / "a", "embedded", env={ID_ENV: "fleet-2"})
     assert not (tmp_path / "a" / ID_FILE).exists()  # nothing written for a given id
+
+
+@pytest.mark.parametrize("name", ["hello", "Cuda_11.8", "x" * MAX_NAME_LENGTH, "job-99999-3"])
+def test_gcp_and_azure_derive_their_resource_names_from_it_within_their_limits(
+    name: str,
+) -> None:
+    from orch.clouds import azure_resources as azure
+    from orch.clouds.gcp_resources import cloud_cluster_name, node_names
+
+    on_cloud = name_on_cloud(name, PLANE)
+    assert cloud_cluster_name(on_cloud) == on_cloud  # GCP takes it as it is
+    assert all(len(node) <= 63 for node, _ in node_names(on_cloud, 100))  # GCP instances
+    assert len(azure.resource_group_name(on_cloud, "australiasoutheast")) <= 90
+    assert all(len(vm) <= 64 for vm in azure.vm_names(on_cloud, 100))  # Linux VM names
