@@ -41,8 +41,9 @@ def test_a_dryrun_with_a_good_name_still_plans(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_jobs_launch_refuses_a_bad_name_flag(tmp_path: Path) -> None:
-    result = orch(tmp_path, "jobs", "launch", "--yes", "-n", "1bad", "echo hi")
+@pytest.mark.parametrize("dryrun", [(), ("--dryrun",)])
+def test_jobs_launch_refuses_a_bad_name_flag(tmp_path: Path, dryrun: tuple[str, ...]) -> None:
+    result = orch(tmp_path, "jobs", "launch", *dryrun, "--yes", "-n", "1bad", "echo hi")
 
     assert result.returncode == 2, result.stderr
     message = " ".join(result.stderr.split())
