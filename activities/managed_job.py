@@ -65,6 +65,7 @@ class WatchRequest(BaseModel):
     cloud: str
     region: str
     head: NodeInfo
+    name_on_cloud: str = ""  # what the instances are tagged with; "": cluster_name
     num_nodes: int
     cluster_job_id: int  # the job's id on its cluster
     poll_interval_s: float = DEFAULT_POLL_S
@@ -117,8 +118,8 @@ def _cluster_lost(request: WatchRequest) -> str | None:
     """Why the cluster is no longer whole per its cloud, or None (also when the cloud
     could not be asked: no verdict without an answer)."""
     try:
-        states = get_provider(request.cloud).query_instances(request.region,
-                                                              request.cluster_name)
+        states = get_provider(request.cloud).query_instances(
+            request.region, request.name_on_cloud or request.cluster_name)
     except ProvisionError as exc:
         activity.logger.info("query_instances of %s failed: %s", request.cluster_name, exc)
         return None

@@ -14,6 +14,7 @@ import typer
 from cli import display
 from cli.app import console, err_console, fail, run
 from orch.client import Client, OrchError
+from orch.names import name_problem
 from orch.status import ClusterStatus
 
 Names = Annotated[list[str] | None, typer.Argument(help="Cluster names.", show_default=False)]
@@ -27,6 +28,9 @@ def _unknown(name: str, known: list[str], job_clusters: dict[str, str]) -> str:
                 f"use orch jobs cancel {job_clusters[name]}")
     close = difflib.get_close_matches(name, known, n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    problem = name_problem(name)
+    if problem is not None:  # no cluster could have it: say why (orch.names)
+        hint += f", and is not a valid cluster name: {problem}"
     return f"cluster {name} does not exist{hint}; orch status lists the clusters"
 
 

@@ -18,6 +18,7 @@ from orch.client.managed_jobs import ManagedJobs
 from orch.failover_rules import Candidate
 from orch.lifecycle import Autostop
 from orch.managed_jobs import JobSummary
+from orch.names import check_name
 from orch.runtime.jobs import JobRecord
 from orch.secret import redacted
 from orch.spec import SpecError, Task
@@ -54,6 +55,16 @@ ImageId = Annotated[str | None, typer.Option("--image-id", help="The image to bo
 Ports = Annotated[list[str] | None, typer.Option(
     "--ports", help="A port or range to open, e.g. 8080 or 10000-10010; repeat for more.")]
 Detach = Annotated[bool, typer.Option("--detach-run", "-d", help="Do not follow the output.")]
+
+
+def check_cluster_flag(cluster: str | None) -> None:
+    """A new cluster's name follows the rule (orch.names) before anything is read or
+    started: exit 2 naming the flag."""
+    if cluster is not None:
+        try:
+            check_name(cluster, "--cluster (-c)")
+        except SpecError as err:
+            raise fail(str(err), code=2) from None
 
 
 def parse_task(entrypoint: str | None, **flags: Any) -> Task:
@@ -122,6 +133,7 @@ def launch(
     yes: Yes = False,
 ) -> None:
     """Launch a cluster (or reuse an UP one) and run a task on it."""
+    check_cluster_flag(cluster)
     task, written, overrides = parse_task_args(
         entrypoint, name=name, infra=infra, cloud=cloud, region=region, zone=zone,
         instance_type=instance_type, cpus=cpus, memory=memory, gpus=gpus, num_nodes=num_nodes,

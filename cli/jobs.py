@@ -47,6 +47,7 @@ from orch.managed_jobs import (
     ManagedJobState,
     ManagedJobStatus,
 )
+from orch.names import check_name
 from orch.secret import redacted
 from orch.spec import Pipeline, SpecError
 
@@ -112,6 +113,20 @@ def _show_plans(pipeline: Pipeline, as_json: bool) -> None:
         display.plan_table(console, candidates, checks, task.num_nodes)
 
 
+def _job_name(name: str | None, pipeline: Pipeline, entrypoint: str) -> str | None:
+    """The managed job's name (the flag's, else the YAML's), checked against the rule of
+    orch.names before anything starts: exit 2 naming the flag or the file's field."""
+    given = name or pipeline.name or pipeline.tasks[0].name
+    if given is None:
+        return None
+    source, field = ("--name (-n)", "") if name else (entrypoint, "name")
+    try:
+        check_name(given, source, field, kind="managed-job name")
+    except SpecError as err:
+        raise fail(str(err), code=2) from None
+    return name or pipeline.name
+
+
 @jobs_app.command("launch")
 def launch(
     entrypoint: Annotated[str, typer.Argument(
@@ -137,10 +152,10 @@ def launch(
                          workdir=workdir, secret=secret, disk_size=disk_size,
                          disk_tier=disk_tier, network_tier=network_tier, image_id=image_id,
                          ports=ports)
+    job_name = _job_name(name, pipeline, entrypoint)
     if dryrun:
         _show_plans(pipeline, as_json)
         return
-    job_name = name or pipeline.name
     if not yes and sys.stdin.isatty():
         what = f"{len(pipeline.tasks)} tasks" if len(pipeline.tasks) > 1 else "a task"
         typer.confirm(f"Launch managed job {job_name or ''} ({what})?", default=True,

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from orch.clouds.base import ClusterInfo
 from orch.failover_rules import BlockEntry, Blocklist
+from orch.names import name_on_cloud
 from orch.records import Placement, UsageClock
 from orch.spec import JobRecovery, RecoveryStrategy, Resources, Task
 from orch.status import JobStatus
@@ -179,6 +180,7 @@ class TaskRun(BaseModel):
     index: int
     name: str | None = None
     cluster_name: str
+    name_on_cloud: str = ""  # the cluster's name on its cloud (orch.names); "": cluster_name
     status: ManagedJobStatus = ManagedJobStatus.PENDING
     stage: TaskStage = TaskStage.PENDING
     plan: LaunchPlan | None = None
@@ -233,9 +235,12 @@ class ManagedJobState(BaseModel):
             self.events_dropped += 1
 
 
-def new_state(job_id: int, name: str | None, tasks: list[Task], now: datetime
-              ) -> ManagedJobState:
-    runs = [TaskRun(index=i, name=t.name, cluster_name=job_cluster_name(job_id, i))
+def new_state(job_id: int, name: str | None, tasks: list[Task], now: datetime,
+              plane_hash: str = "") -> ManagedJobState:
+    """The state a job starts with; its clusters' names on cloud carry ``plane_hash``, so
+    ``job-1-0`` of two control planes on one cloud account are different clusters."""
+    runs = [TaskRun(index=i, name=t.name, cluster_name=job_cluster_name(job_id, i),
+                    name_on_cloud=name_on_cloud(job_cluster_name(job_id, i), plane_hash))
             for i, t in enumerate(tasks)]
     return ManagedJobState(job_id=job_id, name=name, runs=runs, submitted_at=now)
 
@@ -249,6 +254,7 @@ class ManagedJobInput(BaseModel):
     max_launch_rounds: int | None = Field(default=None, ge=1)  # first launch; None: forever
     max_events_per_run: int = Field(default=4000, ge=100)
     requested_by: str = ""  # user@host of the caller (the Web UI's static details)
+    plane_hash: str = ""  # the control plane's hash (orch.names); "" in older histories
     state: ManagedJobState | None = None  # set by continue-as-new
 
 

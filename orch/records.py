@@ -111,6 +111,7 @@ class ClusterRecord(BaseModel):
     """The state of one ClusterWorkflow; survives continue-as-new whole."""
 
     name: str
+    name_on_cloud: str = ""  # see orch.names; "" (records made before it): the name itself
     status: ClusterStatus = ClusterStatus.INIT
     placement: Placement | None = None
     num_nodes: int = 0
@@ -121,6 +122,11 @@ class ClusterRecord(BaseModel):
     step: str = ""  # what the cluster is doing now, for progress displays
     events: list[str] = Field(default_factory=list)  # the latest steps and hops, oldest first
     event_count: int = 0  # how many events there ever were (``events`` keeps the last ones)
+
+    @property
+    def cloud_name(self) -> str:
+        """The name the cloud's instances are tagged and found with."""
+        return self.name_on_cloud or self.name
 
     def events_since(self, count: int) -> list[str]:
         """The events after the first ``count`` (as many as are still kept)."""
@@ -165,6 +171,7 @@ class ClusterRecord(BaseModel):
 
 class ClusterInput(BaseModel):
     name: str
+    name_on_cloud: str = ""  # computed by the client (orch.names); "" in older histories
     state: ClusterRecord | None = None
     publish_search_attributes: bool = True
 
@@ -204,9 +211,14 @@ class DownRequest(BaseModel):
 
 class TeardownInput(BaseModel):
     cluster_name: str
+    name_on_cloud: str = ""  # "": the cluster_name (inputs made before names on cloud)
     placement: Placement | None
     info: ClusterInfo | None = None
     terminate: bool = True
+
+    @property
+    def cloud_name(self) -> str:
+        return self.name_on_cloud or self.cluster_name
 
 
 class TeardownResult(BaseModel):
@@ -217,6 +229,7 @@ class TeardownResult(BaseModel):
 
 class LaunchInput(BaseModel):
     cluster_name: str
+    name_on_cloud: str = ""  # "": the cluster_name (inputs made before names on cloud)
     task: Task
     placement: Placement | None = None  # set for a cluster that exists: relaunch only there
     blocklist: Blocklist = Field(default_factory=Blocklist)  # places not to try (recovery)
@@ -227,6 +240,10 @@ class LaunchInput(BaseModel):
     job_id: int | None = None
     requested_by: str = ""  # user@host of the caller (the Web UI's static details)
     purpose: str = ""  # why it launches, when not for a plain cluster (a managed job's task)
+
+    @property
+    def cloud_name(self) -> str:
+        return self.name_on_cloud or self.cluster_name
 
 
 PROGRESS_SIGNAL = "launch_progress"

@@ -115,7 +115,8 @@ def resources_summary(record: ClusterRecord) -> str:
 class ClusterWorkflow:
     @workflow.init
     def __init__(self, request: ClusterInput) -> None:
-        self.state = request.state or ClusterRecord(name=request.name)
+        self.state = request.state or ClusterRecord(name=request.name,
+                                                    name_on_cloud=request.name_on_cloud)
         self.publish = request.publish_search_attributes
         self.lock = asyncio.Lock()
         self.operations = 0
@@ -195,8 +196,8 @@ class ClusterWorkflow:
                 return self.state
             if self._may_continue_as_new():
                 workflow.continue_as_new(
-                    ClusterInput(name=self.state.name, state=self.state,
-                                 publish_search_attributes=self.publish)
+                    ClusterInput(name=self.state.name, name_on_cloud=self.state.name_on_cloud,
+                                 state=self.state, publish_search_attributes=self.publish)
                 )
 
     def _finished(self) -> bool:
@@ -335,7 +336,8 @@ class ClusterWorkflow:
                 self.state.launched = Task(num_nodes=task.num_nodes, resources=task.resources)
             try:
                 await self._launch_child(LaunchInput(
-                    cluster_name=self.state.name, task=task, placement=self.state.placement,
+                    cluster_name=self.state.name, name_on_cloud=self.state.name_on_cloud,
+                    task=task, placement=self.state.placement,
                     reuse=self.state.info if reuse else None,
                     gcs_address=self.state.gcs_address if reuse else None,
                     job_id=job_id, retry_until_up=request.retry_until_up,
@@ -438,7 +440,8 @@ class ClusterWorkflow:
             self._set_status(ClusterStatus.INIT, step="starting")
             self._touch()
             await self._launch_child(LaunchInput(
-                cluster_name=self.state.name, task=self.state.launched,
+                cluster_name=self.state.name, name_on_cloud=self.state.name_on_cloud,
+                task=self.state.launched,
                 placement=self.state.placement, retry_until_up=request.retry_until_up,
                 was_up=True,
             ), reuse=False)
@@ -459,7 +462,8 @@ class ClusterWorkflow:
         self.state.step = "tearing down" if terminate else "stopping"
         stopped = self.state.status == ClusterStatus.STOPPED
         teardown = TeardownInput(
-            cluster_name=self.state.name, placement=self.state.placement,
+            cluster_name=self.state.name, name_on_cloud=self.state.name_on_cloud,
+            placement=self.state.placement,
             info=None if stopped else self.state.info, terminate=terminate,
         )
         try:
@@ -485,7 +489,7 @@ class ClusterWorkflow:
             result = TeardownResult(
                 message=f"Cluster {self.state.name} forgotten (--purge).",
                 warnings=[f"teardown failed: {self.state.last_error}; instances tagged "
-                          f"orch-cluster={self.state.name} may remain on {cloud}: look for "
+                          f"orch-cluster={self.state.cloud_name} may remain on {cloud}: look for "
                           "them in its console, or run orch down again once it answers"],
             )
         if terminate:
@@ -551,7 +555,7 @@ class ClusterWorkflow:
         found = await workflow.execute_activity(
             query_instances,
             InstancesRequest(cloud=placement.cloud, region=placement.region,
-                             cluster_name=self.state.name),
+                             cluster_name=self.state.cloud_name),
             **CLOUD_CALL,
             summary="refresh: " + instances_call("describe", placement.cloud, placement.region,
                                                  self.state.name),

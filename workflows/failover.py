@@ -87,6 +87,7 @@ def _resources_of(task: Task, candidate: Candidate) -> Resources:
 
 class FailoverInput(BaseModel):
     cluster_name: str
+    name_on_cloud: str = ""  # what instances are tagged with; "": cluster_name (old inputs)
     task: Task
     placement: Placement | None = None  # pinned: an existing cluster relaunches only there
     blocklist: Blocklist = Field(default_factory=Blocklist)  # blocked from the start
@@ -223,11 +224,12 @@ class FailoverWorkflow:
                 cloud=candidate.cloud, region=candidate.region, zone=zone,
                 instance_type=candidate.instance_type, use_spot=candidate.use_spot,
             )
+            cloud_name = request.name_on_cloud or request.cluster_name
             instances = InstancesRequest(
-                cloud=candidate.cloud, region=candidate.region, cluster_name=request.cluster_name
+                cloud=candidate.cloud, region=candidate.region, cluster_name=cloud_name
             )
             config = ProvisionConfig(
-                cluster_name=request.cluster_name,
+                cluster_name=cloud_name,
                 num_nodes=request.task.num_nodes,
                 region=candidate.region,
                 zone=zone,

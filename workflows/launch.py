@@ -95,7 +95,8 @@ class LaunchWorkflow:
             parent = workflow.info().parent
             failover = await workflow.start_child_workflow(
                 FailoverWorkflow.run,
-                FailoverInput(cluster_name=request.cluster_name, task=task,
+                FailoverInput(cluster_name=request.cluster_name,
+                              name_on_cloud=request.name_on_cloud, task=task,
                               placement=request.placement, blocklist=request.blocklist,
                               retry_until_up=request.retry_until_up, was_up=request.was_up,
                               report_to=parent.workflow_id if parent else None),

@@ -156,7 +156,7 @@ class ManagedJobWorkflow:
         self.input = request
         self.tasks = request.tasks
         self.state = request.state or new_state(request.job_id, request.name, request.tasks,
-                                                workflow.now())
+                                                workflow.now(), request.plane_hash)
         self.continuing = False
         self.cancel_requested = False
         self.pipeline: asyncio.Future[None] | None = None
@@ -316,8 +316,8 @@ class ManagedJobWorkflow:
             self._event(EventKind.LAUNCHING,
                         f"launching {run.cluster_name} {phase.where}{round_text}", run)
             failure = await self._launch_round(run, LaunchInput(
-                cluster_name=run.cluster_name, task=task, placement=phase.pin,
-                blocklist=phase.blocklist, job_id=1,
+                cluster_name=run.cluster_name, name_on_cloud=run.name_on_cloud, task=task,
+                placement=phase.pin, blocklist=phase.blocklist, job_id=1,
             ))
             self._check_cancel()
             if failure is None:
@@ -437,8 +437,9 @@ class ManagedJobWorkflow:
             watch_job,
             WatchRequest(
                 job_id=self.state.job_id, task_index=run.index, attempt=run.attempt,
-                cluster_name=run.cluster_name, cloud=placement.cloud, region=placement.region,
-                head=info.head, num_nodes=len(info.nodes), cluster_job_id=run.cluster_job_id,
+                cluster_name=run.cluster_name, name_on_cloud=run.name_on_cloud,
+                cloud=placement.cloud, region=placement.region, head=info.head,
+                num_nodes=len(info.nodes), cluster_job_id=run.cluster_job_id,
                 poll_interval_s=self.input.poll_interval_s,
             ),
             **WATCH_CALL,
@@ -463,8 +464,8 @@ class ManagedJobWorkflow:
         self._set_status(ManagedJobStatus.RECOVERING, ScheduleState.LAUNCHING)
         job_id = run.cluster_job_id + 1
         failure = await self._launch_round(run, LaunchInput(
-            cluster_name=run.cluster_name, task=task, placement=run.placement, reuse=run.info,
-            gcs_address=run.gcs_address, job_id=job_id,
+            cluster_name=run.cluster_name, name_on_cloud=run.name_on_cloud, task=task,
+            placement=run.placement, reuse=run.info, gcs_address=run.gcs_address, job_id=job_id,
         ))
         self._check_cancel()
         if failure is None:
@@ -507,7 +508,8 @@ class ManagedJobWorkflow:
                 try:
                     result = await workflow.execute_child_workflow(
                         TeardownWorkflow.run,
-                        TeardownInput(cluster_name=run.cluster_name, placement=placement,
+                        TeardownInput(cluster_name=run.cluster_name,
+                                      name_on_cloud=run.name_on_cloud, placement=placement,
                                       info=run.info, terminate=True),
                         id=self._child_id("down", run),
                         parent_close_policy=ParentClosePolicy.ABANDON,
@@ -516,7 +518,8 @@ class ManagedJobWorkflow:
                     )
                 except ChildWorkflowError as err:
                     then = (f"trying again in {wait}" if wait is not None else
-                            f"instances tagged orch-cluster={run.cluster_name} may remain "
+                            "instances tagged orch-cluster="
+                            f"{run.name_on_cloud or run.cluster_name} may remain "
                             f"on {placement.cloud}/{placement.region}")
                     self._event(EventKind.TEARDOWN, f"teardown of {run.cluster_name} failed: "
                                                     f"{error_message(err)}; {then}", run)

@@ -48,7 +48,8 @@ class TeardownWorkflow:
             except ActivityError as err:
                 warnings.append(f"ray stop skipped: {error_message(err)}")
         instances = InstancesRequest(
-            cloud=request.placement.cloud, region=request.placement.region, cluster_name=name
+            cloud=request.placement.cloud, region=request.placement.region,
+            cluster_name=request.cloud_name,
         )
         action = terminate_instances if request.terminate else stop_instances
         cloud, region = request.placement.cloud, request.placement.region

@@ -40,8 +40,9 @@ from temporalio.service import RPCStatusCode
 from orch.client.attribution import requester, start_attributes
 from orch.client.codec import CodecKeyError, orch_data_converter
 from orch.clouds.base import NodeInfo
-from orch.config import TASK_QUEUE, TemporalSettings
+from orch.config import TASK_QUEUE, TemporalSettings, orch_home
 from orch.lifecycle import Autostop
+from orch.names import InvalidNameError, check_name, control_plane_hash, name_on_cloud, name_problem
 from orch.optimizer import OptimizerError, plan
 from orch.records import (
     CLUSTER_WORKFLOW,
@@ -168,23 +169,34 @@ def _failure(err: BaseException) -> OrchError:
 
 
 class Client:
-    def __init__(self, temporal: TemporalClient, task_queue: str = TASK_QUEUE):
+    def __init__(self, temporal: TemporalClient, task_queue: str = TASK_QUEUE,
+                 server: str | None = None):
         self.temporal = temporal
         self.task_queue = task_queue
         self.ui_url: str | None = None
         self.refreshed: dict[str, ClusterRecord] = {}  # the last status(refresh=True)'s
+        # Which control plane this is, for orch.names.control_plane_hash.
+        self.server = server or f"{temporal.service_client.config.target_host}/{temporal.namespace}"
+        self._plane_hash: str | None = None
+
+    @property
+    def plane_hash(self) -> str:
+        """The control plane's hash in the names on cloud of what this client creates."""
+        if self._plane_hash is None:
+            self._plane_hash = control_plane_hash(orch_home(), self.server)
+        return self._plane_hash
 
     @classmethod
     async def connect(cls, settings: TemporalSettings | None = None) -> Client:
         """Use the config's Temporal server (``TEMPORAL_ADDRESS`` wins) when there is one;
         otherwise start (or reuse) the embedded control plane under ``$ORCH_HOME``."""
         settings = settings or load_settings().temporal_settings()
-        ui_url = None
+        ui_url, server = None, f"{settings.address}/{settings.namespace}"
         if not settings.address:
             state = await asyncio.to_thread(ControlPlane().ensure)
             settings = settings.model_copy(update={"address": state.address})
-            ui_url = state.ui_url
-        client = cls(await connect_temporal(settings))
+            ui_url, server = state.ui_url, "embedded"  # its port may change across restarts
+        client = cls(await connect_temporal(settings), server=server)
         client.ui_url = ui_url
         return client
 
@@ -218,6 +230,9 @@ class Client:
     async def _require(self, cluster: str) -> ClusterRecord:
         record = await self.record(cluster)
         if record is None:
+            problem = name_problem(cluster)
+            if problem is not None:  # no such cluster, and none could have that name
+                raise InvalidNameError("cluster", "", "cluster name", problem)
             raise OrchError(f"cluster {cluster} does not exist", "NoSuchCluster")
         return record
 
@@ -232,12 +247,12 @@ class Client:
     ) -> LaunchResult:
         """Launch ``task`` on ``cluster`` (created, or reused when UP); returns once the job
         is submitted. ``on_step`` is told each step and failover hop as it happens."""
+        cluster = check_name(cluster or f"orch-{secrets.token_hex(3)}", "cluster")
         self.validate(task)
-        cluster = cluster or f"orch-{secrets.token_hex(3)}"
         user, summary = requester(), cluster_summary(cluster, task)
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             CLUSTER_WORKFLOW,
-            ClusterInput(name=cluster),
+            ClusterInput(name=cluster, name_on_cloud=name_on_cloud(cluster, self.plane_hash)),
             id=cluster_workflow_id(cluster),
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

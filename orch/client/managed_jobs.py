@@ -62,6 +62,7 @@ from orch.managed_jobs import (
     new_state,
     summarize,
 )
+from orch.names import check_name
 from orch.records import MANAGED_JOB_WORKFLOW
 from orch.runtime.runner import NodeUnreachableError, runner_for
 from orch.spec import Task
@@ -132,15 +133,19 @@ class ManagedJobs:
         Resources nothing could ever provide are refused before anything starts."""
         if not tasks:
             raise OrchError("a managed job needs at least one task")
+        name = name or tasks[0].name
+        if name is not None:
+            check_name(name, "managed job", kind="managed-job name")
         for task in tasks:
             Client.validate(task)
         job_id = await self.allocate_id()
-        name = name or tasks[0].name
-        summary = summarize(new_state(job_id, name, tasks, datetime.now(UTC)))
+        plane_hash = self.client.plane_hash
+        summary = summarize(new_state(job_id, name, tasks, datetime.now(UTC), plane_hash))
         user, headline = requester(), job_summary(job_id, name, tasks)
         await self.temporal.start_workflow(
             MANAGED_JOB_WORKFLOW,
-            ManagedJobInput(job_id=job_id, name=name, tasks=tasks, requested_by=user),
+            ManagedJobInput(job_id=job_id, name=name, tasks=tasks, requested_by=user,
+                            plane_hash=plane_hash),
             id=managed_job_workflow_id(job_id), task_queue=self.client.task_queue,
             memo={MEMO_SUMMARY: summary.model_dump(mode="json")},
             search_attributes=start_attributes(user, headline, job_id, name),

@@ -14,6 +14,7 @@ from typing import TypeVar
 
 import pytest
 
+from orch.names import control_plane_hash, name_on_cloud
 from orch.server import ControlPlane
 
 ORCH = str(Path(sys.executable).parent / "orch")
@@ -60,9 +61,14 @@ class Orch:
     def plane(self) -> ControlPlane:
         return ControlPlane(self.home)
 
+    def cloud_name(self, cluster: str) -> str:
+        """The cluster's name on the local cloud (see orch.names): the embedded server's."""
+        return name_on_cloud(cluster, control_plane_hash(self.home, "embedded", self.env))
+
     def node_homes(self, cluster: str) -> list[str]:
         """The sandbox of each node of a local-cloud cluster (none once it is gone)."""
-        return sorted(str(p) for p in (self.home / "local" / cluster).glob("*") if p.is_dir())
+        return sorted(str(p) for p in (self.home / "local" / self.cloud_name(cluster)).glob("*")
+                      if p.is_dir())
 
 
 @pytest.fixture(scope="session")

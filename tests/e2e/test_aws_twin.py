@@ -23,6 +23,7 @@ from typing import Any
 import boto3
 import pytest
 
+from orch.names import ID_ENV, control_plane_hash, name_on_cloud
 from orch.runtime.install import RECORD_FILE, VENV_DIR
 from tests.clouds.aws.conftest import cluster_instances, front, moto_url  # noqa: F401
 from tests.e2e.conftest import Orch, wait_for
@@ -35,6 +36,8 @@ pytestmark = [pytest.mark.e2e,
 
 REGION = "us-east-1"
 CLUSTER = "twin"
+PLANE_ID = "twin-test-plane"  # ORCH_CONTROL_PLANE_ID of the test's control plane
+ON_CLOUD = name_on_cloud(CLUSTER, control_plane_hash(Path("/nonexistent"), "", {ID_ENV: PLANE_ID}))
 # Each rank prints the address its own machine has (not what orch told it).
 TASK = 'echo "rank $ORCH_NODE_RANK of $ORCH_NUM_NODES at $(hostname -I | cut -d" " -f1)"'
 
@@ -51,7 +54,7 @@ def ec2(moto_url: str) -> Any:  # noqa: F811 - the fixture imported above
 def twin(ec2: Any, tmp_path: Path) -> Iterator[TwinWatcher]:
     image = Image.for_other_users()
     assert image is not None  # or the module would have been skipped
-    with TwinWatcher(ec2, CLUSTER, tmp_path / "machines", image) as watcher:
+    with TwinWatcher(ec2, ON_CLOUD, tmp_path / "machines", image) as watcher:
         yield watcher
 
 
@@ -73,6 +76,7 @@ def orch_aws(front: EC2FaultFront, twin: TwinWatcher,  # noqa: F811
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
         "AWS_EC2_METADATA_DISABLED": "true",
         "ORCH_SSH_USE_INTERNAL_IPS": "1",
+        ID_ENV: PLANE_ID,
     })
     cli("server", "start")
     try:
@@ -100,7 +104,8 @@ def test_launch_on_aws_runs_a_job_on_twin_machines_and_down_terminates_them(
     launched = orch_aws("launch", "-c", CLUSTER, "--cloud", "aws", "--region", REGION,
                         "--num-nodes", "2", TASK, timeout=600)
 
-    instances = head_first(cluster_instances(ec2, CLUSTER, ("running",)))
+    instances = head_first(cluster_instances(ec2, ON_CLOUD, ("running",)))
+    assert cluster_instances(ec2, CLUSTER) == []  # the cloud sees the name on cloud only
     ips = [i["PrivateIpAddress"] for i in instances]
     assert len(ips) == 2 and all(ipaddress.ip_address(ip) in VPC_NETWORK for ip in ips)
     for rank, ip in enumerate(ips):
@@ -119,7 +124,7 @@ def test_launch_on_aws_runs_a_job_on_twin_machines_and_down_terminates_them(
 
     orch_aws("down", "-y", CLUSTER)
 
-    gone = cluster_instances(ec2, CLUSTER, ("terminated",))
+    gone = cluster_instances(ec2, ON_CLOUD, ("terminated",))
     assert sorted(i["InstanceId"] for i in gone) == sorted(i["InstanceId"] for i in instances)
     wait_for(lambda: not twin.hosts and not machines(twin), timeout=30,
              what="the twin machines to power off")

@@ -119,7 +119,7 @@ def test_bad_input_is_refused_with_a_clear_error_and_nothing_launched(
                check=False)
     assert gpu.returncode == 2 and "no GPUs" in gpu.stderr
     assert cluster_status(orch, "never") is None
-    assert not (orch.home / "local" / "never").exists()
+    assert not (orch.home / "local" / orch.cloud_name("never")).exists()
 
 
 def test_down_of_a_cluster_that_does_not_exist(orch: Orch) -> None:

@@ -52,9 +52,10 @@ class ClusterTestbed:
         self.env, self.task_queue = env, task_queue
         self.handles: list[WorkflowHandle] = []
 
-    async def start_cluster(self, name: str) -> WorkflowHandle:
+    async def start_cluster(self, name: str, name_on_cloud: str = "") -> WorkflowHandle:
         handle = await self.env.client.start_workflow(
-            ClusterWorkflow.run, ClusterInput(name=name, publish_search_attributes=False),
+            ClusterWorkflow.run, ClusterInput(name=name, name_on_cloud=name_on_cloud,
+                                              publish_search_attributes=False),
             id=f"cluster/{name}-{uuid.uuid4().hex[:6]}", task_queue=self.task_queue,
         )
         self.handles.append(handle)

@@ -12,6 +12,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
+from orch.clouds.base import InstanceStatus
 from orch.records import (
     ClusterRecord,
     DownRequest,
@@ -19,6 +20,8 @@ from orch.records import (
     LaunchRequest,
     LaunchResult,
     Placement,
+    StartRequest,
+    StopRequest,
     TeardownInput,
     TeardownResult,
 )
@@ -75,6 +78,30 @@ async def test_launch_runs_the_steps_in_order_and_submits_job_1(harness: Harness
     assert [n.internal_ip for n in result.record.info.nodes] == ["10.0.0.1", "10.0.0.2"]
     assert result.record.gcs_address == "10.0.0.1:6380"
     await save_with_children(harness.env.client, handle, "cluster_launch")
+
+
+async def test_every_cloud_call_uses_the_name_on_cloud_and_the_record_keeps_the_name(
+    harness: Harness,
+) -> None:
+    """Provisioning, refresh, stop, start and down all go by the record's name on cloud
+    (orch.names); nothing is ever looked up by the user's name."""
+    handle = await harness.testbed.start_cluster("hello", name_on_cloud="hello-abc123")
+    result = await harness.launch(handle)
+    assert (result.record.name, result.record.name_on_cloud) == ("hello", "hello-abc123")
+    made = sorted(harness.cloud.instances["hello-abc123"])
+    assert len(made) == 2
+
+    refreshed: ClusterRecord = await handle.execute_update(ClusterWorkflow.refresh)
+    assert refreshed.status == ClusterStatus.UP and refreshed.warnings == []
+    await handle.execute_update(ClusterWorkflow.stop, StopRequest())
+    assert set(harness.cloud.instances["hello-abc123"].values()) == {InstanceStatus.STOPPED}
+    started: ClusterRecord = await handle.execute_update(ClusterWorkflow.start, StartRequest())
+    assert started.status == ClusterStatus.UP
+    down: TeardownResult = await handle.execute_update(ClusterWorkflow.down, DownRequest())
+
+    assert sorted(down.instances) == made and down.message.startswith("Cluster hello:")
+    assert harness.cloud.instances["hello-abc123"] == {}
+    assert set(harness.cloud.instances) == {"hello-abc123"}
 
 
 async def test_launch_on_an_up_cluster_reuses_it(harness: Harness) -> None:

@@ -263,7 +263,7 @@ class JobCloud:
                 if plan.starve_for is not None:
                     self.capacity_back_at = await self.env.get_current_time() + plan.starve_for
             while True:
-                nodes = self.instances[request.cluster_name]
+                nodes = self.instances[request.name_on_cloud or request.cluster_name]
                 if len(nodes) < request.num_nodes:
                     return WatchResult(outcome=WatchOutcome.CLUSTER_LOST,
                                        detail=f"{request.num_nodes - len(nodes)} instance(s) gone")
@@ -413,6 +413,25 @@ async def test_a_job_launches_runs_and_leaves_nothing_behind(harness: Harness) -
     assert final.runs[0].attempt == 1 and final.started_at and final.ended_at
     await harness.holds_nothing(job_id)
     await save_with_children(harness.client, handle, "managed_job_success")
+
+
+async def test_a_jobs_cluster_carries_the_control_planes_hash_on_the_cloud(
+    harness: Harness,
+) -> None:
+    """``job-<id>-0`` of two control planes on one account are two clusters: the cloud
+    sees the name with the plane's hash (orch.names); records and the UI keep the name."""
+    job_id, handle = await harness.start(plane_hash="abc123")
+    cluster, on_cloud = f"job-{job_id}-0", f"job-{job_id}-0-abc123"
+    await harness.until(handle, "RUNNING", running)
+    harness.cloud.finish(cluster)
+    final = await harness.result(handle)
+
+    assert final.status == ManagedJobStatus.SUCCEEDED
+    assert (final.runs[0].cluster_name, final.runs[0].name_on_cloud) == (cluster, on_cloud)
+    assert harness.cloud.launches == [(on_cloud, EAST)]
+    assert harness.cloud.jobs.keys() == {(cluster, 1)}  # the job knows its cluster's name
+    assert harness.cloud.instances[on_cloud] == {}  # torn down by the name on cloud
+    assert cluster not in harness.cloud.instances  # nothing ever looked up by the other
 
 
 # -- preemption and recovery -----------------------------------------------------------
@@ -921,8 +940,8 @@ def watch_request(provider: LocalProvider, nodes: int = 1, **options: float
     info = provider.get_cluster_info(REGION, "watched")
     assert info.head is not None
     return WatchRequest(job_id=7, task_index=0, attempt=1, cluster_name="watched",
-                        cloud="local", region=REGION, head=info.head, num_nodes=nodes,
-                        cluster_job_id=1, **{"poll_interval_s": 0.2, **options})
+                        name_on_cloud="watched", cloud="local", region=REGION, head=info.head,
+                        num_nodes=nodes, cluster_job_id=1, **{"poll_interval_s": 0.2, **options})
 
 
 def saved_output(request: WatchRequest) -> bytes:
