@@ -60,7 +60,7 @@ def test_show_without_a_file_says_so(cli: Orch) -> None:
 @pytest.mark.parametrize(("text", "expected"), [
     ("job_slot: 3\n", "job_slot: unknown field; did you mean 'job_slots'?"),
     ("temporal: {tls: {cart: x}}\n", "temporal.tls.cart: unknown field; did you mean 'cert'"),
-    (b"\x00\x9f\xff binary", "is not UTF-8 text"),
+    (b"\x00\x9f\xff binary", "a binary file, not UTF-8 text (byte 0x9f at line 1 column 2)"),
     ("a: [\n", "not valid YAML"),
 ])
 def test_a_broken_config_exits_2_with_its_path_and_field(cli: Orch, text: str | bytes,
