@@ -28,7 +28,6 @@ path.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -116,9 +115,7 @@ async def acquire_permit(kind: PermitKind, *, semaphore_id: str = LAUNCH_SEMAPHO
         if on_queued is not None and isinstance(ahead, int):
             on_queued(ahead)
         await workflow.wait_condition(lambda: request.request_id in inbox.granted)
-    except (Exception, asyncio.CancelledError):
-        # Not BaseException: a workflow evicted from the worker's cache gets GeneratorExit
-        # here, outside its event loop, where no signal can be sent (nor needs to be).
+    except BaseException:
         await permit.release()
         raise
     inbox.granted.discard(request.request_id)
