@@ -106,6 +106,7 @@ class FakeCloud:
         self.submitted: list[int] = []
         self.gates: dict[str, asyncio.Event] = {}
         self.no_capacity: set[str] = set()  # zones
+        self.capacity_returns_after: int | None = None  # after so many run_instances calls
         self.no_quota: set[str] = set()  # regions
         self.no_auth: set[str] = set()  # clouds
         self.zone_errors: dict[str, ApplicationError] = {}  # raised by every create there
@@ -170,6 +171,9 @@ class FakeCloud:
             nodes = self.instances[config.cluster_name]
             if config.zone in self.zone_errors:
                 raise self.zone_errors[config.zone]
+            if (self.capacity_returns_after is not None
+                    and self.calls.count("run_instances") > self.capacity_returns_after):
+                self.no_capacity = set()
             if config.zone in self.no_capacity:
                 # The head comes up, the workers do not: a partial cluster to clean up.
                 nodes[f"{config.cluster_name}-0"] = InstanceStatus.RUNNING
