@@ -15,6 +15,7 @@ import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +23,20 @@ import boto3
 import pytest
 import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from orch.clouds.aws import AWSProvider
 from orch.clouds.base import TAG_CLUSTER
 from orch.semaphore import LAUNCH_SEMAPHORE_ID, REQUEST_PERMIT_ACTIVITY, SemaphoreSettings
 from tests.clouds.aws.conftest import aws_env, front, moto_url  # noqa: F401 (fixtures)
 from tests.fakes.ec2_fault_front import EC2FaultFront
+from tests.workflows.conftest import dev_server  # noqa: F401 (the fixture)
 from workers.registry import PLAIN_ACTIVITIES, WORKFLOWS, client_activities
+from workflows import options
 
 # Regions and zones that both orch's catalog (m6id.large) and moto know.
 EAST_1, EAST_2 = "us-east-1", "us-east-2"
@@ -112,9 +117,10 @@ async def task_queue(
     await stop_launch_semaphore(client)
 
 
-async def activities_started(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, int]]:
-    """(activity name, attempt) of every activity the workflow ran, in the order they
-    started; the semaphore's own activity is left out."""
+async def activity_runs(handle: WorkflowHandle[Any, Any]
+                        ) -> list[tuple[str, ActivityTaskStartedEventAttributes]]:
+    """(activity name, its started event) of every activity the workflow ran, in the order
+    they started; the semaphore's own activity is left out."""
     names: dict[int, str] = {}
     started = []
     async for event in handle.fetch_history_events():
@@ -123,5 +129,50 @@ async def activities_started(handle: WorkflowHandle[Any, Any]) -> list[tuple[str
             names[event.event_id] = scheduled.activity_type.name
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             attributes = event.activity_task_started_event_attributes
-            started.append((names[attributes.scheduled_event_id], attributes.attempt))
-    return [(name, attempt) for name, attempt in started if name != REQUEST_PERMIT_ACTIVITY]
+            started.append((names[attributes.scheduled_event_id], attributes))
+    return [(name, run) for name, run in started if name != REQUEST_PERMIT_ACTIVITY]
+
+
+async def activities_started(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, int]]:
+    """(activity name, attempt) of every activity the workflow ran, in the order started."""
+    return [(name, run.attempt) for name, run in await activity_runs(handle)]
+
+
+SHORT_HEARTBEAT = timedelta(seconds=3)
+
+
+@pytest.fixture
+def boto3_models_parsed(aws_env: EC2FaultFront) -> None:  # noqa: F811 (the imported fixture)
+    """Pay botocore's model parsing (seconds of C code holding the GIL, under load) before
+    a test's clock starts, so that it is not mistaken for a silent worker."""
+    provider = AWSProvider()
+    for service in ("ec2", "sts", "service-quotas"):
+        provider._client(service, EAST_1)
+
+
+@pytest.fixture
+def short_heartbeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Provider calls and waits under a 3 s heartbeat timeout instead of 20 s."""
+    for calls in (options.PROVIDER_CALL, options.LONG_CALL):
+        monkeypatch.setitem(calls, "heartbeat_timeout", SHORT_HEARTBEAT)
+
+
+@pytest_asyncio.fixture
+async def real_time_queue(
+    dev_server: WorkflowEnvironment,  # noqa: F811 (the imported fixture)
+    aws_env: EC2FaultFront, orch_home: Path, boto3_models_parsed: None,  # noqa: F811
+) -> AsyncIterator[str]:
+    """Like ``task_queue``, on a dev server of the test's own (real time: a heartbeat
+    timeout is a real one), heartbeating to the server at least every 0.5 s (the SDK's
+    default throttle, 0.8 x the timeout, would leave no margin)."""
+    queue = f"real-{uuid.uuid4().hex[:8]}"
+    client = dev_server.client
+    with ThreadPoolExecutor(max_workers=8) as executor:
+        async with Worker(client, task_queue=queue, workflows=WORKFLOWS,
+                          activities=PLAIN_ACTIVITIES + client_activities(
+                              client, SemaphoreSettings()),
+                          activity_executor=executor,
+                          max_heartbeat_throttle_interval=timedelta(seconds=0.5),
+                          default_heartbeat_throttle_interval=timedelta(seconds=0.5)):
+            yield queue
+    await stop_launch_semaphore(client)

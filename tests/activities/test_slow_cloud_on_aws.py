@@ -21,67 +21,25 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
-import pytest_asyncio
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
-from orch.clouds.aws import AWSProvider
-from orch.semaphore import SemaphoreSettings
-from tests.activities.conftest import EAST_1, Moto, stop_launch_semaphore
+from tests.activities.conftest import (
+    EAST_1,
+    SHORT_HEARTBEAT,
+    Moto,
+    activity_runs,
+    stop_launch_semaphore,
+)
 from tests.activities.test_failover_on_aws import pinned
 from tests.fakes.ec2_fault_front import EC2FaultFront
-from tests.workflows.conftest import dev_server  # noqa: F401 (the fixture)
-from workers.registry import PLAIN_ACTIVITIES, WORKFLOWS, client_activities
-from workflows import options
 from workflows.failover import FailoverInput, FailoverOutput, FailoverWorkflow
 
-SHORT_HEARTBEAT = timedelta(seconds=3)
 SLOWER_THAN_IT = 7.0  # seconds a slow call takes: well over SHORT_HEARTBEAT
-
-
-@pytest.fixture
-def boto3_models_parsed(aws_env: EC2FaultFront) -> None:
-    """Pay botocore's model parsing (seconds of C code holding the GIL, under load) before
-    a test's clock starts, so that it is not mistaken for a silent worker."""
-    provider = AWSProvider()
-    for service in ("ec2", "sts", "service-quotas"):
-        provider._client(service, EAST_1)
-
-
-@pytest.fixture
-def short_heartbeats(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for calls in (options.PROVIDER_CALL, options.LONG_CALL):
-        monkeypatch.setitem(calls, "heartbeat_timeout", SHORT_HEARTBEAT)
-    yield
-
-
-@pytest_asyncio.fixture
-async def slow_queue(
-    dev_server: WorkflowEnvironment,  # noqa: F811 (the imported fixture)
-    aws_env: EC2FaultFront, orch_home: Path, boto3_models_parsed: None,
-) -> AsyncIterator[str]:
-    """A worker with every workflow and real activity, heartbeating to the server at least
-    every 0.5 s (the SDK's default throttle, 0.8 x the timeout, leaves no margin)."""
-    queue = f"slow-{uuid.uuid4().hex[:8]}"
-    client = dev_server.client
-    with ThreadPoolExecutor(max_workers=8) as executor:
-        async with Worker(client, task_queue=queue, workflows=WORKFLOWS,
-                          activities=PLAIN_ACTIVITIES + client_activities(
-                              client, SemaphoreSettings()),
-                          activity_executor=executor,
-                          max_heartbeat_throttle_interval=timedelta(seconds=0.5),
-                          default_heartbeat_throttle_interval=timedelta(seconds=0.5)):
-            yield queue
-    await stop_launch_semaphore(client)
 
 
 async def start(env: WorkflowEnvironment, task_queue: str, cluster_name: str,
@@ -92,18 +50,8 @@ async def start(env: WorkflowEnvironment, task_queue: str, cluster_name: str,
         id=f"failover/{uuid.uuid4().hex[:12]}", task_queue=task_queue)
 
 
-async def activity_runs(handle: WorkflowHandle[Any, Any]) -> dict[str, list[Any]]:
-    """Activity name -> the started-event attributes of each of its runs."""
-    names: dict[int, str] = {}
-    runs: dict[str, list[Any]] = {}
-    async for event in handle.fetch_history_events():
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            names[event.event_id] = (
-                event.activity_task_scheduled_event_attributes.activity_type.name)
-        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            started = event.activity_task_started_event_attributes
-            runs.setdefault(names[started.scheduled_event_id], []).append(started)
-    return runs
+def runs_of(runs: list[tuple[str, Any]], activity_name: str) -> list[Any]:
+    return [run for name, run in runs if name == activity_name]
 
 
 async def heartbeat_timeouts(handle: WorkflowHandle[Any, Any]) -> set[float]:
@@ -113,34 +61,34 @@ async def heartbeat_timeouts(handle: WorkflowHandle[Any, Any]) -> set[float]:
 
 
 async def test_describes_slower_than_the_heartbeat_timeout_do_not_fail_the_wait(
-    dev_server: WorkflowEnvironment, slow_queue: str, short_heartbeats: None,  # noqa: F811
+    dev_server: WorkflowEnvironment, real_time_queue: str, short_heartbeats: None,  # noqa: F811
     aws_env: EC2FaultFront, moto: Moto, cluster_name: str,
 ) -> None:
     aws_env.hold_state("pending", polls=2)
     aws_env.slow("DescribeInstances", SLOWER_THAN_IT, times=3)
 
-    handle = await start(dev_server, slow_queue, cluster_name)
+    handle = await start(dev_server, real_time_queue, cluster_name)
     output = await handle.result()
 
     assert SHORT_HEARTBEAT.total_seconds() in await heartbeat_timeouts(handle)
     runs = await activity_runs(handle)
-    assert [r.attempt for r in runs["wait_running"]] == [1]
+    assert [r.attempt for r in runs_of(runs, "wait_running")] == [1]
     assert output.history == [] and not aws_env.calls("TerminateInstances")
     assert [i["State"]["Name"] for i in moto.instances(EAST_1, cluster_name)] == ["running"]
 
 
 async def test_a_run_instances_slower_than_the_heartbeat_timeout_runs_once(
-    dev_server: WorkflowEnvironment, slow_queue: str, short_heartbeats: None,  # noqa: F811
+    dev_server: WorkflowEnvironment, real_time_queue: str, short_heartbeats: None,  # noqa: F811
     aws_env: EC2FaultFront, moto: Moto, cluster_name: str,
 ) -> None:
     aws_env.slow("RunInstances", SLOWER_THAN_IT, times=1)
 
-    handle = await start(dev_server, slow_queue, cluster_name, num_nodes=2)
+    handle = await start(dev_server, real_time_queue, cluster_name, num_nodes=2)
     output = await handle.result()
 
     runs = await activity_runs(handle)
     assert SHORT_HEARTBEAT.total_seconds() in await heartbeat_timeouts(handle)
-    assert [r.attempt for r in runs["run_instances"]] == [1]
+    assert [r.attempt for r in runs_of(runs, "run_instances")] == [1]
     assert output.history == []
     assert len(moto.instances(EAST_1, cluster_name, ("running",))) == 2
 
@@ -177,7 +125,7 @@ async def test_a_worker_killed_inside_run_instances_is_noticed_by_its_heartbeat(
             first.kill()
         await stop_launch_semaphore(dev_server.client)
 
-    last = (await activity_runs(handle))["run_instances"][-1]
+    last = runs_of(await activity_runs(handle), "run_instances")[-1]
     assert last.attempt == 2, (tmp_path / "worker-1.log").read_text()[-3000:]
     assert last.last_failure.timeout_failure_info.timeout_type == (
         TimeoutType.TIMEOUT_TYPE_HEARTBEAT)

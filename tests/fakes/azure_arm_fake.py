@@ -8,8 +8,11 @@ interfaces, virtual machines (``$expand=instanceView`` with ``ProvisioningState/
 resource SKUs, and resource-provider registration. Writes are long-running operations as
 ARM runs them: ``201``/``202`` with ``Azure-AsyncOperation`` (and ``Location`` for POST and
 DELETE) headers, the resource in ``Creating``/``Updating``/``Deleting`` until its operation
-is polled to the end (``lro_polls`` polls answer ``InProgress`` first). Nothing advances on
-a clock, so a test is deterministic.
+is polled to the end (``lro_polls`` polls answer ``InProgress`` first). By default nothing
+advances on a clock, so a test is deterministic; a latency profile
+(:meth:`AzureARMFake.set_latency`) makes chosen operations also take that many seconds,
+answering ``InProgress`` with ARM's ``Retry-After`` until then, as a real VM create (90-200 s)
+or resource-group delete does.
 
 Errors use ARM's shape, ``{"error": {"code": ..., "message": ...}}``, either as the HTTP
 answer to the request or, for long-running operations, as a failed operation
@@ -34,10 +37,12 @@ import copy
 import datetime
 import ipaddress
 import json
+import math
 import re
 import ssl
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -115,6 +120,7 @@ class _Operation:
 
     id: str
     polls_left: int
+    done_at: float  # time.monotonic() before which it stays InProgress (0: no latency)
     on_success: Callable[[], None]
     on_failure: Callable[[Json], None]
     error: Json | None = None
@@ -140,6 +146,13 @@ class _Call:
     params: dict[str, str]
     body: Json | None
     fault: Fault | None = None
+
+
+def _retry_after(op: _Operation) -> dict[str, str]:
+    """ARM's hint of when to poll again, for an operation that runs on a clock."""
+    if op.status != "InProgress" or not op.done_at:
+        return {}
+    return {"Retry-After": str(max(1, min(5, math.ceil(op.done_at - time.monotonic()))))}
 
 
 class ArmError(Exception):
@@ -213,6 +226,7 @@ class AzureArmFake:
         self._failures: dict[str, Json] = {}  # VM id -> error of its last failed operation
         self._held: dict[str, tuple[str, int]] = {}  # VM id -> (power state shown, reads)
         self._operations: dict[str, _Operation] = {}
+        self._latency: dict[str, float] = {}  # ARM operation id -> seconds it takes
         self._faults: list[Fault] = []
         self._limits: dict[tuple[str, str], int] = {}
         self._public_ips = (f"203.0.113.{i}" for i in range(1, 255))
@@ -278,6 +292,12 @@ class AzureArmFake:
         ``standardDSv3Family``) in a location; others default to ``DEFAULT_LIMIT``."""
         with self._lock:
             self._limits[(location.lower(), usage_name)] = limit
+
+    def set_latency(self, seconds: dict[str, float]) -> None:
+        """Make operations take time: ARM operation id (``VirtualMachines_CreateOrUpdate``,
+        ``ResourceGroups_Delete``...) -> the seconds each new one stays ``InProgress``."""
+        with self._lock:
+            self._latency = dict(seconds)
 
     def hold_power_state(self, vm_name: str, power_state: str, reads: int) -> None:
         """Show ``PowerState/<power_state>`` for the VM's next ``reads`` reads (a slow
@@ -449,7 +469,9 @@ class AzureArmFake:
 
     def _operation(self, call: _Call, on_success: Callable[[], None],
                    on_failure: Callable[[Json], None]) -> _Operation:
-        op = _Operation(str(uuid.uuid4()), self.lro_polls, on_success, on_failure,
+        seconds = self._latency.get(call.operation, 0.0)
+        op = _Operation(str(uuid.uuid4()), self.lro_polls,
+                        time.monotonic() + seconds if seconds else 0.0, on_success, on_failure,
                         start_time=_now())
         if call.fault:  # an in-operation fault: accepted now, Failed when polled to the end
             op.error = {"code": call.fault.code, "message": call.fault.message}
@@ -466,7 +488,8 @@ class AzureArmFake:
         base = (f"{self.base_url}/subscriptions/{self.subscription_id}/providers/"
                 f"{namespace}/locations/{location}")
         version = call.params["api-version"]
-        headers = {"Azure-AsyncOperation": f"{base}/operations/{op.id}?api-version={version}"}
+        headers = {"Azure-AsyncOperation": f"{base}/operations/{op.id}?api-version={version}",
+                   **_retry_after(op)}
         if with_location:
             headers["Location"] = f"{base}/operationResults/{op.id}?api-version={version}"
         return _Reply(status, body, headers)
@@ -476,8 +499,8 @@ class AzureArmFake:
         if op is None:
             raise ArmError(404, "NotFound", f"The operation '{op_id}' was not found.")
         if op.status == "InProgress":
-            if op.polls_left > 0:
-                op.polls_left -= 1
+            if op.polls_left > 0 or time.monotonic() < op.done_at:
+                op.polls_left = max(0, op.polls_left - 1)
             else:
                 op.end_time = _now()
                 if op.error is None:
@@ -495,7 +518,7 @@ class AzureArmFake:
             body["endTime"] = op.end_time
         if op.error is not None and op.status == "Failed":
             body["error"] = op.error
-        return _Reply(200, body)
+        return _Reply(200, body, _retry_after(op))
 
     def _operation_result(self, call: _Call) -> _Reply:
         op = self._advance(call.groups["op"])

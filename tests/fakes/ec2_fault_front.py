@@ -17,6 +17,9 @@ Every request goes on to moto unchanged, except:
   (EC2's eventual consistency right after a launch).
 * Any call can be made slow (:meth:`EC2FaultFront.slow`): answered after a delay, as a
   throttled or overloaded endpoint answers, instead of moto's milliseconds.
+* A latency profile (:meth:`EC2FaultFront.set_latency`) keeps each instance ``pending``,
+  ``stopping`` or ``shutting-down`` for that many seconds after the call that put it there
+  (EC2: pending 20-90 s, shutting-down 30-60 s), where moto moves at once.
 
 The zone of a call is its ``Placement.AvailabilityZone``, or the zone of its subnet.
 """
@@ -75,6 +78,8 @@ _STATE_CODES = {"pending": 0, "running": 16, "shutting-down": 32, "terminated": 
                 "stopping": 64, "stopped": 80}
 # A held state is shown in place of the state moto has already reached.
 _HELD_OVER = {"stopping": "stopped", "pending": "running", "shutting-down": "terminated"}
+_TRANSITION_OF = {"RunInstances": "pending", "StartInstances": "pending",
+                  "StopInstances": "stopping", "TerminateInstances": "shutting-down"}
 _QUOTA_NAMES = {
     "L-1216C47A": "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
     "L-34B43A08": "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests",
@@ -153,6 +158,8 @@ class EC2FaultFront:
         self._holds: list[_Hold] = []
         self._delays: list[_Delay] = []
         self._delayed: list[str] = []  # the actions of the calls made slow so far
+        self._latency: dict[str, float] = {}  # transitional state -> seconds it lasts
+        self._transitions: dict[str, tuple[str, float]] = {}  # instance -> (state, until)
         self._hidden_polls = 0
         self._tokens: dict[tuple[str, str], tuple[bytes, _Answer]] = {}
         self._subnet_zones: dict[str, str] = {}
@@ -182,6 +189,8 @@ class EC2FaultFront:
             self._holds.clear()
             self._delays.clear()
             self._delayed.clear()
+            self._latency.clear()
+            self._transitions.clear()
             self._hidden_polls = 0
             self._calls.clear()
 
@@ -228,6 +237,33 @@ class EC2FaultFront:
         with self._lock:
             return self._delayed.count(action)
 
+    def set_latency(self, seconds: dict[str, float]) -> None:
+        """Transitional state (``pending``, ``stopping``, ``shutting-down``) -> how long
+        every instance shows it after the call that started the transition."""
+        if set(seconds) - set(_HELD_OVER):
+            raise ValueError(f"can time {sorted(_HELD_OVER)}, not {sorted(seconds)}")
+        with self._lock:
+            self._latency = dict(seconds)
+
+    def _note_transitions(self, request: _Request, answer: _Answer) -> None:
+        state = _TRANSITION_OF.get(request.action)
+        if answer.status != 200 or state is None or state not in self._latency:
+            return
+        if request.action == "RunInstances":
+            ids = re.findall(rb"<instanceId>([^<]+)</instanceId>", answer.body)
+            instances = sorted({i.decode() for i in ids})
+        else:
+            instances = [v for k, v in request.params.items() if k.startswith("InstanceId.")]
+        until = time.monotonic() + self._latency[state]
+        with self._lock:
+            self._transitions.update({i: (state, until) for i in instances})
+
+    def _timed_states(self) -> dict[str, str]:
+        """Instance -> the transitional state it still shows."""
+        now = time.monotonic()
+        with self._lock:
+            return {i: state for i, (state, until) in self._transitions.items() if until > now}
+
     def hide_instances(self, polls: int) -> None:
         """Answer the next ``polls`` DescribeInstances calls with no instances."""
         with self._lock:
@@ -249,6 +285,7 @@ class EC2FaultFront:
             return self._log(request, zone, token, fault.code, self._fault_answer(request, fault,
                                                                                    zone))
         answer, outcome = self._answer_for_real(request, token)
+        self._note_transitions(request, answer)
         if fault is not None:
             answer, outcome = self._fault_answer(request, fault, zone), fault.code
         return self._log(request, zone, token, outcome, answer)
@@ -359,13 +396,15 @@ class EC2FaultFront:
             if hide:
                 self._hidden_polls -= 1
             holds = [hold for hold in self._holds if hold.polls > 0]
+        timed = self._timed_states()
         wanted = _state_filter(request.params)
         body = None
-        if holds and wanted is not None:
+        shown_for = {_HELD_OVER[h.state] for h in holds} | {_HELD_OVER[s] for s in timed.values()}
+        if shown_for and wanted is not None:
             # Ask moto also for the states a held state stands in for.
-            body = _widen_state_filter(request.params, {_HELD_OVER[h.state] for h in holds})
+            body = _widen_state_filter(request.params, shown_for)
         answer = self._forward(request, body)
-        if answer.status != 200 or not (hide or holds):
+        if answer.status != 200 or not (hide or holds or timed):
             return answer
         root = ET.fromstring(answer.body)
         namespace = root.tag[1:].split("}")[0] if root.tag.startswith("{") else ""
@@ -383,6 +422,9 @@ class EC2FaultFront:
                         if name.text == _HELD_OVER[hold.state]:
                             name.text, code.text = hold.state, str(_STATE_CODES[hold.state])
                             held_any.add(id(hold))
+                    shown = timed.get(instance.findtext(f"{{{namespace}}}instanceId") or "")
+                    if shown and name.text == _HELD_OVER[shown]:
+                        name.text, code.text = shown, str(_STATE_CODES[shown])
                     if hide or (wanted is not None and name.text not in wanted):
                         instances.remove(instance)
                 if instances is not None and len(instances) == 0:

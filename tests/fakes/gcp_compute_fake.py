@@ -9,6 +9,12 @@ instances; firewalls; errors in Google's JSON shape. Inserts and starts that wou
 exceed a quota fail the way Google fails them, inside the operation with
 ``QUOTA_EXCEEDED``.
 
+A latency profile (:meth:`GCPComputeFake.set_latency`) makes operations of chosen types
+(``insert``, ``delete``, ``start``, ``stop``) take that many seconds, as Google's do (an
+insert 20-60 s, a delete 30-90 s): the operation stays RUNNING until then, ``wait`` blocks
+until it is DONE or for at most :data:`WAIT_CAP_S` (Google's 2 minutes, scaled), and the
+instance does not move on before its operation is done.
+
 Faults are queued per method ("instances.insert") and optionally zone, in either of
 Google's shapes: an HTTP error answered at once, or an operation that finishes with
 ``error.errors[]``; an operation can also be made to stall (never DONE).
@@ -24,6 +30,7 @@ import itertools
 import json
 import re
 import threading
+import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Callable
@@ -37,6 +44,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from google.auth import jwt
 
 LINK = "https://www.googleapis.com/compute/v1/"
+WAIT_CAP_S = 4.0  # the longest one operations.wait blocks (Google's is 2 minutes)
 API_PREFIX = "/compute/v1/"
 TOKEN_PATH = "/token"
 # Service-account JWTs name Google's token endpoint as audience, whatever token_uri says.
@@ -155,6 +163,7 @@ class _Instance:
     machine: MachineType
     spot: bool
     pending: list[str] = field(default_factory=list)  # statuses still to come, one per read
+    ready_at: float = 0.0  # time.monotonic() before which ``pending`` waits (its operation)
     boot_disk: dict[str, Any] = field(default_factory=dict)  # its Disk resource
 
     @property
@@ -171,6 +180,7 @@ class _Operation:
     resource: dict[str, Any]
     final: dict[str, Any]  # what DONE adds: error, httpErrorStatusCode...
     stalled: bool = False
+    done_at: float = 0.0  # time.monotonic() before which it cannot be DONE (latency)
 
 
 def _now() -> str:
@@ -215,6 +225,7 @@ class ComputeState:
         self.calls: list[tuple[str, str | None]] = []
         self.bodies: list[tuple[str, dict[str, Any]]] = []  # each call's JSON body, as sent
         self.page_size: int | None = None
+        self.latency: dict[str, float] = {}  # operation type -> seconds it takes
         self._ids = itertools.count(1000)
 
     # -- helpers ------------------------------------------------------------------
@@ -263,13 +274,27 @@ class ComputeState:
             final = {"error": {"errors": errors}, "httpErrorStatusCode": status,
                      "httpErrorMessage": _STATUS_NAMES.get(status, "ERROR").replace("_", " ")}
         stall = self.take_fault(method, zone, ("stall",))
-        self.operations[(zone or "global", name)] = _Operation(resource, final, stall is not None)
+        done_at = self.ready_at(op_type)
+        self.operations[(zone or "global", name)] = _Operation(resource, final, stall is not None,
+                                                               done_at)
+        instance = self.instances.get((zone or "", target.rsplit("/", 1)[-1]))
+        if instance is not None and instance.resource["selfLink"] == target:
+            instance.ready_at = done_at
         return copy.deepcopy(resource)
+
+    def ready_at(self, op_type: str) -> float:
+        seconds = self.latency.get(op_type, 0.0)
+        return time.monotonic() + seconds if seconds else 0.0
+
+    def wait_left(self, where: str, name: str) -> float:
+        """Seconds until the operation may be DONE (0 when it may be now, or is unknown)."""
+        op = self.operations.get((where, name))
+        return max(0.0, op.done_at - time.monotonic()) if op and not op.stalled else 0.0
 
     def _advance_operation(self, op: _Operation, to_done: bool) -> dict[str, Any]:
         """One step on ``get`` (PENDING → RUNNING → DONE); straight to DONE on ``wait``."""
         status = op.resource["status"]
-        if op.stalled:
+        if op.stalled or (status != "DONE" and time.monotonic() < op.done_at):
             op.resource.update(status="RUNNING", progress=50)
         elif status != "DONE" and (to_done or status == "RUNNING"):
             op.resource.update(status="DONE", progress=100, endTime=_now(), **op.final)
@@ -280,7 +305,7 @@ class ComputeState:
     def _observe(self, inst: _Instance) -> dict[str, Any]:
         """A read: report the instance, then take it one step along its way."""
         seen = copy.deepcopy(inst.resource)
-        if inst.pending:
+        if inst.pending and time.monotonic() >= inst.ready_at:
             self._set_status(inst, inst.pending.pop(0))
         return seen
 
@@ -773,6 +798,10 @@ class GCPComputeFake:
             if route_verb != verb or match is None:
                 continue
             zone = match.groupdict().get("zone")
+            if method.endswith("Operations.wait"):  # blocks, as Google's does, not locked
+                with self.state.lock:
+                    left = self.state.wait_left(zone or "global", match["name"])
+                time.sleep(min(left, WAIT_CAP_S))
             with self.state.lock:
                 self.state.calls.append((method, zone))
                 self.state.bodies.append((method, copy.deepcopy(body)))
@@ -845,6 +874,11 @@ class GCPComputeFake:
         entry = {"code": code, "message": message or f"{code} (injected)"}
         self._queue(method, [_Fault(zone, "operation", skip if i == 0 else 0, errors=[entry])
                              for i in range(times)])
+
+    def set_latency(self, seconds: dict[str, float]) -> None:
+        """Operation type (``insert``, ``delete``, ``start``, ``stop``) -> its seconds."""
+        with self.state.lock:
+            self.state.latency = dict(seconds)
 
     def stall_operation(self, method: str, *, zone: str | None = None, times: int = 1) -> None:
         """The next ``times`` operations of ``method`` (in ``zone``) never reach DONE."""

@@ -9,16 +9,14 @@ from collections.abc import Iterator
 import pytest
 
 from orch.clouds.azure import AzureProvider
-from tests.clouds.azure.support import StaticToken
+from tests.clouds.azure.support import StaticToken, point_sdk_at
 from tests.fakes.azure_arm_fake import AzureArmFake
 
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[AzureArmFake]:
     with AzureArmFake() as arm:
-        monkeypatch.setenv("REQUESTS_CA_BUNDLE", arm.ca_path)
-        monkeypatch.setenv("ORCH_AZURE_ENDPOINT", arm.base_url)
-        monkeypatch.setenv("AZURE_SUBSCRIPTION_ID", arm.subscription_id)
+        point_sdk_at(arm, monkeypatch)
         yield arm
 
 

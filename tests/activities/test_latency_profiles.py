@@ -1,0 +1,142 @@
+"""Each cloud at a real cloud's pace: launch, stop, start and tear down (issue 12, part 3).
+
+The fakes answer in milliseconds unless told otherwise; here each gets a latency profile
+after its cloud's documented behaviour, scaled down for CI but always longer than the
+heartbeat timeout the test runs under (3 s):
+
+============  ===================================  ====================================
+cloud         real (issue 12)                      here (seconds)
+============  ===================================  ====================================
+AWS           pending 20-90 s, shutting-down        pending 5, stopping 5,
+              30-60 s                               shutting-down 5
+GCP           insert 20-60 s, delete 30-90 s        insert 5, stop 5, start 5, delete 6
+Azure         create 90-200 s, delete 60-180 s,     create 6, deallocate 5, start 5,
+              resource-group delete longer          delete 5, resource group 7
+============  ===================================  ====================================
+
+The story runs FailoverWorkflow (launch), TeardownWorkflow with ``terminate=False`` (stop),
+FailoverWorkflow pinned to the placement (start: the stopped nodes resume), TeardownWorkflow
+(down), with orch's real activities on a dev server (real time). It passes only if no
+activity is retried (none outlived its heartbeat or start-to-close timeout), no failover
+attempt failed, and nothing of the cluster is left on the cloud.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from activities import provision
+from orch import check
+from orch.clouds.azure import AzureProvider
+from orch.clouds.base import Provider
+from orch.records import TeardownInput
+from orch.spec import Resources, Task
+from tests.activities.conftest import EAST_1, INSTANCE_TYPE, Moto, activities_started
+from tests.clouds.azure.support import StaticToken, point_sdk_at
+from tests.fakes.azure_arm_fake import AzureArmFake
+from tests.fakes.ec2_fault_front import EC2FaultFront
+from tests.fakes.gcp_compute_fake import GCPComputeFake
+from workflows.failover import FailoverInput, FailoverOutput, FailoverWorkflow
+from workflows.teardown import TeardownWorkflow
+
+
+@dataclass
+class Cloud:
+    """One cloud under its profile: what to launch, and how to list what is left."""
+
+    resources: Resources
+    left: Callable[[str], list[str]]  # cluster name -> what of it still exists
+
+
+@pytest.fixture
+def aws_profile(aws_env: EC2FaultFront, moto: Moto) -> Cloud:
+    aws_env.set_latency({"pending": 5, "stopping": 5, "shutting-down": 5})
+    return Cloud(Resources(cloud="aws", region=EAST_1, instance_type=INSTANCE_TYPE),
+                 lambda name: [i["InstanceId"] for i in moto.instances(EAST_1, name)])
+
+
+@pytest.fixture
+def gcp_profile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Cloud]:
+    with GCPComputeFake() as fake:
+        key = tmp_path / "service-account.json"
+        key.write_text(json.dumps(fake.service_account()))
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+        monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", fake.project)
+        monkeypatch.setenv("ORCH_GCP_ENDPOINT", fake.endpoint)
+        fake.set_latency({"insert": 5, "stop": 5, "start": 5, "delete": 6})
+        monkeypatch.setattr(check, "_cache", None)  # checked anew: GCP is set up now
+        yield Cloud(Resources(cloud="gcp", region="us-central1", zone="us-central1-a",
+                              instance_type="n2-standard-8"),
+                    lambda name: [n for n in fake.instances() if name in n])
+
+
+@pytest.fixture
+def azure_profile(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
+    with AzureArmFake() as fake:
+        point_sdk_at(fake, monkeypatch)
+        fake.set_latency({"VirtualMachines_CreateOrUpdate": 6, "VirtualMachines_Deallocate": 5,
+                          "VirtualMachines_Start": 5, "VirtualMachines_Delete": 5,
+                          "ResourceGroups_Delete": 7})
+        real = provision.get_provider
+
+        def with_token(cloud: str) -> Provider:  # the fake has no Entra ID to log in to
+            if cloud == "azure":
+                return AzureProvider(credential=StaticToken(fake.token), polling_interval=1)
+            return real(cloud)
+
+        for module in (provision, check):
+            monkeypatch.setattr(module, "get_provider", with_token)
+        monkeypatch.setattr(check, "_cache", None)
+        yield Cloud(Resources(cloud="azure", region="eastus", instance_type="Standard_D2s_v3"),
+                    lambda name: [vm["name"] for vm in fake.resources(
+                        "Microsoft.Compute/virtualMachines") if name in vm["name"]])
+
+
+@pytest.fixture(params=["aws", "gcp", "azure"])
+def cloud(request: pytest.FixtureRequest) -> Cloud:
+    return request.getfixturevalue(f"{request.param}_profile")
+
+
+async def run(env: WorkflowEnvironment, queue: str, workflow: Any, request: Any
+              ) -> tuple[Any, WorkflowHandle[Any, Any]]:
+    handle = await env.client.start_workflow(workflow, request, task_queue=queue,
+                                             id=f"profile/{uuid.uuid4().hex[:12]}")
+    return await handle.result(), handle
+
+
+async def retried(handles: list[WorkflowHandle[Any, Any]]) -> list[tuple[str, int]]:
+    """Every activity run past its first attempt, over all the story's workflows."""
+    return [(name, attempt) for handle in handles
+            for name, attempt in await activities_started(handle) if attempt > 1]
+
+
+async def test_launch_stop_start_down_at_the_clouds_pace(
+    dev_server: WorkflowEnvironment, real_time_queue: str, short_heartbeats: None,
+    cloud: Cloud, cluster_name: str,
+) -> None:
+    task = Task(name="profile", num_nodes=2, resources=cloud.resources)
+    launched: FailoverOutput
+    launched, first = await run(dev_server, real_time_queue, FailoverWorkflow.run,
+                                FailoverInput(cluster_name=cluster_name, task=task))
+    placement = launched.placement
+    _, stop = await run(dev_server, real_time_queue, TeardownWorkflow.run, TeardownInput(
+        cluster_name=cluster_name, placement=placement, terminate=False))
+    started: FailoverOutput
+    started, start = await run(dev_server, real_time_queue, FailoverWorkflow.run, FailoverInput(
+        cluster_name=cluster_name, task=task, placement=placement, was_up=True))
+    _, down = await run(dev_server, real_time_queue, TeardownWorkflow.run, TeardownInput(
+        cluster_name=cluster_name, placement=placement))
+
+    assert launched.history == [] and started.history == []
+    assert len(started.info.nodes) == 2
+    assert await retried([first, stop, start, down]) == []
+    assert cloud.left(cluster_name) == []
