@@ -22,6 +22,10 @@ LAUNCH_WORKFLOW = "LaunchWorkflow"
 FAILOVER_WORKFLOW = "FailoverWorkflow"
 TEARDOWN_WORKFLOW = "TeardownWorkflow"
 MANAGED_JOB_WORKFLOW = "ManagedJobWorkflow"
+# What a launch, start or exec cut short by `orch down` or a workflow cancel fails with.
+CANCELLED = "Cancelled"
+CANCELLED_MESSAGE = ("the operation was cancelled: by orch down, or by cancelling the "
+                     "cluster's workflow (the nodes it was making were removed)")
 
 # Custom search attributes (registered when the embedded dev server starts).
 SA_CLUSTER = "OrchCluster"

@@ -28,7 +28,12 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+)
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -47,6 +52,8 @@ with workflow.unsafe.imports_passed_through():
     from orch.fit import misfit
     from orch.lifecycle import refresh_verdict
     from orch.records import (
+        CANCELLED,
+        CANCELLED_MESSAGE,
         CLUSTER_WORKFLOW,
         PROGRESS_SIGNAL,
         SA_AUTOSTOP,
@@ -99,6 +106,7 @@ AUTOSTOP_RECHECK = timedelta(seconds=30)  # while jobs run, how often to look ag
 MIN_TIMER = timedelta(seconds=1)
 MAX_EVENTS = 100
 CANCEL_TEARDOWN_PATCH = "cluster-cancel-teardown"  # workflow.patched id: cancel tears down
+DOWN_CUTS_SHORT_PATCH = "cluster-down-cuts-launch-short"  # patched id: down cancels a launch
 CANCEL_DOWN = "down (workflow cancelled)"  # the operation a cancellation runs
 CANCELLABLE = ("launch", "start", "exec")  # operations a cancellation cuts short
 
@@ -166,8 +174,7 @@ class ClusterWorkflow:
         failed)."""
         self.cancelled = True
         self._event("workflow cancelled: tearing the cluster down")
-        if self.current is not None and self.current[0] in CANCELLABLE and self.current[1]:
-            self.current[1].cancel()
+        self._cut_short()
         async with self._turn(CANCEL_DOWN):
             if self.state.status == ClusterStatus.TERMINATED:
                 return
@@ -176,6 +183,12 @@ class ClusterWorkflow:
             except ApplicationError as err:
                 self.cancelled = False  # the entity stays: orch down may retry
                 self._event(f"{err.message} (after the workflow was cancelled)")
+
+    def _cut_short(self) -> None:
+        """Cancel the operation under way if it builds (launch, start, exec): the failover
+        it runs removes the nodes it was making, and the lock comes free for a teardown."""
+        if self.current is not None and self.current[0] in CANCELLABLE and self.current[1]:
+            self.current[1].cancel()
 
     async def _live(self) -> ClusterRecord:
         """The run loop: timers, continue-as-new, and the end once TERMINATED."""
@@ -365,6 +378,9 @@ class ClusterWorkflow:
                 static_details=task_details(request.task, request.requested_by),
             )
         except ChildWorkflowError as err:
+            if isinstance(err.cause, CancelledError):
+                raise ApplicationError(CANCELLED_MESSAGE, type=CANCELLED,
+                                       non_retryable=True) from err
             self.state.last_error = error_message(err)
             ready = self.state.gcs_address is not None and self.state.info is not None
             if (error_type(err) == "SetupError" and ready) or reuse:
@@ -454,6 +470,12 @@ class ClusterWorkflow:
 
     @workflow.update
     async def down(self, request: DownRequest) -> TeardownResult:
+        """Tear down; a launch, start or exec under way is cancelled first rather than
+        waited for (a launch stuck in --retry-until-up would never end)."""
+        if self.current is not None and workflow.patched(DOWN_CUTS_SHORT_PATCH):
+            if self.current[0] in CANCELLABLE:
+                self._event(f"{self.current[0]} cancelled by orch down")
+            self._cut_short()
         async with self._turn("down"):
             if self.state.status == ClusterStatus.TERMINATED:
                 return TeardownResult(message=f"Cluster {self.state.name} is already gone.")

@@ -34,7 +34,7 @@ from temporalio.client import (
     WorkflowUpdateStage,
 )
 from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCStatusCode
 
 from orch.client.attribution import requester, start_attributes
@@ -45,6 +45,8 @@ from orch.lifecycle import Autostop
 from orch.names import InvalidNameError, check_name, control_plane_hash, name_on_cloud, name_problem
 from orch.optimizer import OptimizerError, plan
 from orch.records import (
+    CANCELLED,
+    CANCELLED_MESSAGE,
     CLUSTER_WORKFLOW,
     MANAGED_JOB_WORKFLOW,
     SA_AUTOSTOP,
@@ -150,7 +152,7 @@ async def connect_temporal(settings: TemporalSettings,
             await asyncio.sleep(0.5)
 
 
-def _failure(err: BaseException) -> OrchError:
+def update_failure(err: BaseException) -> OrchError:
     """The user-facing message of a failed update: the innermost ApplicationError."""
     cause: BaseException | None = err
     found: ApplicationError | None = None
@@ -165,7 +167,18 @@ def _failure(err: BaseException) -> OrchError:
         if details.get("tail"):
             message += "\n" + details["tail"]
         return OrchError(message, found.type or "", details)
+    if _was_cancelled(err):  # cut short before any child said so
+        return OrchError(CANCELLED_MESSAGE, CANCELLED)
     return OrchError(str(err))
+
+
+def _was_cancelled(err: BaseException) -> bool:
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, CancelledError):
+            return True
+        cause = cause.__cause__
+    return False
 
 
 class Client:
@@ -271,7 +284,7 @@ class Client:
                 wait_for_stage=WorkflowUpdateStage.ACCEPTED, result_type=LaunchResult,
             )
         except WorkflowUpdateFailedError as err:
-            raise _failure(err) from None
+            raise update_failure(err) from None
         result: LaunchResult = await self._await_with_progress(
             cluster, update.result(), on_step, seen)
         return result
@@ -326,7 +339,7 @@ class Client:
                 if done:
                     return result.result()
         except WorkflowUpdateFailedError as err:
-            raise _failure(err) from None
+            raise update_failure(err) from None
         finally:
             result.cancel()
 
@@ -340,7 +353,7 @@ class Client:
                 result_type=result_type,
             )
         except WorkflowUpdateFailedError as err:
-            raise _failure(err) from None
+            raise update_failure(err) from None
         return await self._await_with_progress(cluster, update.result(), on_step,
                                                record.event_count)
 
@@ -378,7 +391,7 @@ class Client:
                 "exec", ExecRequest(task=task), result_type=int
             )
         except WorkflowUpdateFailedError as err:
-            raise _failure(err) from None
+            raise update_failure(err) from None
         return job_id
 
     async def down(self, cluster: str, purge: bool = False) -> TeardownResult | None:
@@ -390,7 +403,7 @@ class Client:
                 "down", DownRequest(purge=purge), result_type=TeardownResult
             )
         except WorkflowUpdateFailedError as err:
-            raise _failure(err) from None
+            raise update_failure(err) from None
         return result
 
     async def status(self, refresh: bool = False) -> list[ClusterSummary]:

@@ -17,8 +17,16 @@ from temporalio.client import (
 from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
 
+from orch.client import update_failure
 from orch.failover_rules import Candidate
-from orch.records import ClusterRecord, DownRequest, LaunchRequest, LaunchResult
+from orch.records import (
+    CANCELLED,
+    CANCELLED_MESSAGE,
+    ClusterRecord,
+    DownRequest,
+    LaunchRequest,
+    LaunchResult,
+)
 from orch.spec import Task
 from orch.status import ClusterStatus
 from tests.workflows.fake_cloud import FakeCloud, fake_cloud_worker, provision_error
@@ -217,3 +225,53 @@ async def test_cancel_reaches_a_failover_that_continued_as_new(
     assert record.status == ClusterStatus.TERMINATED
     assert failover_status == WorkflowExecutionStatus.CANCELED
     assert cloud.instances["waits"] == {}
+
+
+async def test_down_mid_launch_cancels_the_launch_instead_of_waiting_for_it(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    cloud = FakeCloud()
+    creating = cloud.hold("run_instances")
+    async with fake_cloud_worker(time_skipping_env, cloud) as bed:
+        handle = await bed.start_cluster("changed-mind")
+        launch, failover = await launching(time_skipping_env, handle, cloud)
+
+        down = asyncio.ensure_future(handle.execute_update(ClusterWorkflow.down, DownRequest()))
+        await asked_to_stop(failover)
+        creating.set()  # the RunInstances in flight completes: its nodes now exist
+        await down
+        with pytest.raises(WorkflowUpdateFailedError) as launch_failed:
+            await launch
+        record = ClusterRecord.model_validate(await handle.result())
+        await save_with_children(time_skipping_env.client, handle, "cluster_down_launching")
+
+    assert record.status == ClusterStatus.TERMINATED
+    assert cloud.instances["changed-mind"] == {}
+    assert cloud.calls.count("run_instances") == 1 and "setup_runtime" not in cloud.calls
+    assert "launch cancelled by orch down" in record.events
+    told = update_failure(launch_failed.value)  # what `orch launch` prints
+    assert (told.kind, str(told)) == (CANCELLED, CANCELLED_MESSAGE)
+
+
+async def test_down_ends_a_launch_stuck_in_retry_until_up(
+    dev_server: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(failover_module, "ROUNDS_PER_RUN", 1)
+    monkeypatch.setattr(failover_module, "RETRY_ROUND_S", (1,))
+    cloud = FakeCloud([Candidate(cloud="aws", region="us-east-1", zones=["us-east-1a"])])
+    cloud.no_capacity = {"us-east-1a"}  # never any capacity: the launch would wait forever
+    async with fake_cloud_worker(dev_server, cloud) as bed:
+        handle = await bed.start_cluster("nowhere")
+        launch = asyncio.ensure_future(handle.execute_update(
+            ClusterWorkflow.launch, LaunchRequest(task=TASK, retry_until_up=True)))
+        await until(lambda: asyncio.sleep(0, cloud.calls.count("run_instances") >= 2),
+                    "a second round of RunInstances")
+        result = await asyncio.wait_for(
+            handle.execute_update(ClusterWorkflow.down, DownRequest()), 60)
+        with pytest.raises(WorkflowUpdateFailedError):
+            await launch
+        record = ClusterRecord.model_validate(await asyncio.wait_for(handle.result(), 30))
+
+    assert result.instances == []  # the failover removed what each attempt made
+    assert record.status == ClusterStatus.TERMINATED
+    assert cloud.instances["nowhere"] == {}
