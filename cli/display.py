@@ -127,13 +127,20 @@ def jobs_table(console: Console, cluster: str, jobs: list[JobRecord]) -> None:
     console.print(table)
 
 
-def server_state(console: Console, state: ServerState, running: bool) -> None:
+def server_state(console: Console, state: ServerState, running: bool,
+                 worker_running: bool = True) -> None:
+    """The embedded control plane; a server or worker that is gone is said so, in red,
+    with how to bring it back."""
     table = Table(show_header=False, box=None)
-    table.add_row("Temporal server", f"{state.address} ({'up' if running else 'down'})")
+    table.add_row("Temporal server", f"{state.address} ({'up' if running else '[red]down[/]'})")
     table.add_row("Web UI", state.ui_url)
     table.add_row("Server pid", str(state.server_pid))
-    table.add_row("Worker pid", str(state.worker_pid or "-"))
-    console.print(table)
+    worker = f"{state.worker_pid or '-'} (running)"
+    if not worker_running:
+        gone = f"{state.worker_pid} (dead)" if state.worker_pid else "none"
+        worker = f"[red]{gone}[/]: nothing runs launches or jobs; orch server start restarts it"
+    table.add_row("Worker pid", worker)
+    console.print(table, highlight=False)
 
 
 def _table(console: Console, headers: list[str], rows: list[list[str]], title: str = "",
