@@ -67,7 +67,9 @@ def test_a_relaunch_keeps_the_clusters_shape_and_a_misfit_is_exit_2(orch: Orch) 
     _, worker = orch.node_homes("shape")
     kill_marked(worker)
     shutil.rmtree(worker)
-    assert "shape is INIT" in orch("status", "--refresh").stdout
+    refreshed = orch("status", "--refresh").stdout
+    assert "shape is INIT" in refreshed
+    assert "orch launch -c shape TASK retries" in refreshed and "orch down shape" in refreshed
 
     relaunched = orch("launch", "-c", "shape", "echo again on $ORCH_NUM_NODES")
     assert "again on 1" in relaunched.stdout
