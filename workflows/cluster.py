@@ -112,10 +112,11 @@ def resources_summary(record: ClusterRecord) -> str:
     return f"{len(record.info.nodes)}x {placement.cloud}({what}{spot})"
 
 
-def init_hint(name: str) -> str:
+def init_hint(name: str, has_nodes: bool) -> str:
     """What to do with a cluster a failed launch left INIT."""
-    return (f"Cluster {name} is left INIT. Retry with: orch launch -c {name} TASK (it keeps "
-            f"the cluster's nodes), or tear it down: orch down {name}")
+    keeps = " (it keeps the cluster's nodes)" if has_nodes else ""
+    return (f"Cluster {name} is left INIT. Retry with: orch launch -c {name} TASK{keeps}, "
+            f"or tear it down: orch down {name}")
 
 
 @workflow.defn(name=CLUSTER_WORKFLOW)
@@ -380,7 +381,8 @@ class ClusterWorkflow:
                 self._set_status(ClusterStatus.UP)
             else:
                 self._set_status(ClusterStatus.INIT, reason=self.state.last_error)
-                details = {**details, "hint": init_hint(self.state.name)}
+                details = {**details, "hint": init_hint(self.state.name,
+                                                        self.state.placement is not None)}
             raise ApplicationError(
                 self.state.last_error, details,
                 type=error_type(err) or "LaunchFailed", non_retryable=True,

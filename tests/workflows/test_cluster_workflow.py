@@ -175,7 +175,8 @@ async def _left_init_by_a_failed_ray_start(harness: Harness) -> WorkflowHandle:
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError)
     hint = cause.details[0]["hint"]
-    assert "is left INIT" in hint and "orch launch -c hello" in hint and "orch down hello" in hint
+    assert "is left INIT" in hint and "orch down hello" in hint
+    assert "orch launch -c hello TASK (it keeps the cluster's nodes)" in hint
     assert (await harness.record(handle)).status == ClusterStatus.INIT
     return handle
 
