@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 from pydantic import BaseModel
 from temporalio import activity
 
 from activities.errors import typed_errors
+from activities.heartbeat import Heartbeats, earlier_details, heartbeating
 from orch.clouds import get_provider
-from orch.clouds.base import ClusterInfo, InstanceStatus, ProvisionConfig, ProvisionRecord
-from orch.clouds.errors import TransientError
+from orch.clouds.base import (
+    ClusterInfo,
+    InstanceStatus,
+    ProvisionConfig,
+    ProvisionRecord,
+    StateCheck,
+)
 from orch.ssh_keys import ensure_key_pair
+from orch.waiting import resumed, state_check, wait_until
 
-POLL_S = 2.0
+# How long a cluster may take to reach RUNNING, counted from the wait's first attempt:
+# an Azure create is 90-200 s on a good day, a GPU VM or a cold AMI far longer.
+RUNNING_TIMEOUT_S = 900.0
 
 
 class ProvisionRequest(BaseModel):
@@ -40,12 +50,14 @@ class WaitGoneRequest(BaseModel):
 
 @activity.defn
 @typed_errors
+@heartbeating
 def check_quota(request: ProvisionRequest) -> None:
     get_provider(request.cloud).check_quota(request.config)
 
 
 @activity.defn
 @typed_errors
+@heartbeating
 def run_instances(request: ProvisionRequest) -> ProvisionRecord:
     config = request.config
     if request.cloud != "local" and config.ssh_public_key is None:
@@ -53,12 +65,20 @@ def run_instances(request: ProvisionRequest) -> ProvisionRecord:
     return get_provider(request.cloud).run_instances(config)
 
 
+def wait_for(what: str, check: Callable[[], StateCheck], timeout_s: float) -> None:
+    """Wait with :func:`orch.waiting.wait_until`, heartbeating the progress all along
+    (also while a slow describe blocks), and resuming an earlier attempt's deadline."""
+    progress = resumed(what, earlier_details(), time.time())
+    with Heartbeats(progress.model_dump()) as beats:
+        wait_until(check, progress, timeout_s, lambda p: beats.update(p.model_dump()))
+
+
 @activity.defn
 @typed_errors
 def wait_running(request: InstancesRequest) -> None:
-    get_provider(request.cloud).wait_instances(
-        request.region, request.cluster_name, InstanceStatus.RUNNING
-    )
+    region, cluster = request.region, request.cluster_name
+    check = state_check(get_provider(request.cloud), region, cluster, InstanceStatus.RUNNING)
+    wait_for(f"{cluster} RUNNING in {region}", check, RUNNING_TIMEOUT_S)
 
 
 def use_internal_ips() -> bool:
@@ -69,6 +89,7 @@ def use_internal_ips() -> bool:
 
 @activity.defn
 @typed_errors
+@heartbeating
 def get_cluster_info(request: InstancesRequest) -> ClusterInfo:
     """The cluster's nodes, completed with what only this worker knows: where orch's
     private key is, and whether to use private addresses."""
@@ -86,12 +107,14 @@ def get_cluster_info(request: InstancesRequest) -> ClusterInfo:
 
 @activity.defn
 @typed_errors
+@heartbeating
 def query_instances(request: InstancesRequest) -> dict[str, InstanceStatus]:
     return get_provider(request.cloud).query_instances(request.region, request.cluster_name)
 
 
 @activity.defn
 @typed_errors
+@heartbeating
 def stop_instances(request: InstancesRequest) -> list[str]:
     provider = get_provider(request.cloud)
     found = list(provider.query_instances(request.region, request.cluster_name))
@@ -101,6 +124,7 @@ def stop_instances(request: InstancesRequest) -> list[str]:
 
 @activity.defn
 @typed_errors
+@heartbeating
 def terminate_instances(request: InstancesRequest) -> list[str]:
     """Terminate every instance tagged with the cluster; returns the ids found."""
     provider = get_provider(request.cloud)
@@ -114,22 +138,22 @@ def terminate_instances(request: InstancesRequest) -> list[str]:
 def wait_instances_gone(request: WaitGoneRequest) -> None:
     """Query until stopped (or terminated), heartbeating; a bounded wait that names the
     instances still in the way."""
-    provider = get_provider(request.instances.cloud)
-    deadline = time.monotonic() + request.timeout_s
-    while True:
-        states = provider.query_instances(request.instances.region, request.instances.cluster_name)
-        left = {i: s for i, s in states.items() if request.target is None or s != request.target}
-        if not left:
-            return
-        activity.heartbeat(left)
-        if time.monotonic() > deadline:
-            listing = ", ".join(f"{i} ({s})" for i, s in sorted(left.items()))
-            goal = request.target or "terminated"
-            raise TransientError(f"instances not {goal} after {request.timeout_s:g} s: {listing}")
-        time.sleep(POLL_S)
+    instances = request.instances
+    provider = get_provider(instances.cloud)
+    target = request.target
+
+    def check() -> StateCheck:
+        states = provider.query_instances(instances.region, instances.cluster_name)
+        left = {i: s for i, s in states.items() if target is None or s != target}
+        return StateCheck(done=not left,
+                          seen=", ".join(f"{i}={s}" for i, s in sorted(left.items())))
+
+    goal = target.value if target else "terminated"
+    wait_for(f"{instances.cluster_name} {goal} in {instances.region}", check, request.timeout_s)
 
 
 @activity.defn
 @typed_errors
+@heartbeating
 def cleanup_ports(request: InstancesRequest) -> None:
     get_provider(request.cloud).cleanup_ports(request.region, request.cluster_name)

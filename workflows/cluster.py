@@ -86,6 +86,7 @@ with workflow.unsafe.imports_passed_through():
         BEST_EFFORT,
         CLOUD_CALL,
         LONG_CALL,
+        PROVIDER_CALL,
         error_details,
         error_message,
         error_type,
@@ -583,7 +584,7 @@ class ClusterWorkflow:
             query_instances,
             InstancesRequest(cloud=placement.cloud, region=placement.region,
                              cluster_name=self.state.cloud_name),
-            **CLOUD_CALL,
+            **PROVIDER_CALL,
             summary="refresh: " + instances_call("describe", placement.cloud, placement.region,
                                                  self.state.name),
         )

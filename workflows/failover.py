@@ -64,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import (
         CLOUD_CALL,
         LONG_CALL,
+        PROVIDER_CALL,
         error_details,
         error_message,
         error_type,
@@ -262,11 +263,11 @@ class FailoverWorkflow:
             cloud, region = candidate.cloud, candidate.region
             try:
                 await workflow.execute_activity(
-                    check_quota, provision, **CLOUD_CALL, cancellation_type=wait_for_it,
+                    check_quota, provision, **PROVIDER_CALL, cancellation_type=wait_for_it,
                     summary=provision_call("quota", config, cloud))
                 _stop_if_cancelled()
                 await workflow.execute_activity(
-                    run_instances, provision, **CLOUD_CALL, cancellation_type=wait_for_it,
+                    run_instances, provision, **PROVIDER_CALL, cancellation_type=wait_for_it,
                     summary=provision_call("create", config, cloud))
                 _stop_if_cancelled()
                 await workflow.execute_activity(
@@ -275,7 +276,7 @@ class FailoverWorkflow:
                     + " until running")
                 _stop_if_cancelled()
                 info = await workflow.execute_activity(
-                    get_cluster_info, instances, **CLOUD_CALL, cancellation_type=wait_for_it,
+                    get_cluster_info, instances, **PROVIDER_CALL, cancellation_type=wait_for_it,
                     summary=instances_call("describe", cloud, region, request.cluster_name)
                     + ": addresses")
                 _stop_if_cancelled()
@@ -340,11 +341,11 @@ class FailoverWorkflow:
         step = "stop" if was_up else "terminate"
         call = instances_call(step, instances.cloud, instances.region, instances.cluster_name)
         if was_up:
-            await workflow.execute_activity(stop_instances, instances, **CLOUD_CALL,
+            await workflow.execute_activity(stop_instances, instances, **PROVIDER_CALL,
                                             summary=f"{call}: partial nodes")
             target: InstanceStatus | None = InstanceStatus.STOPPED
         else:
-            await workflow.execute_activity(terminate_instances, instances, **CLOUD_CALL,
+            await workflow.execute_activity(terminate_instances, instances, **PROVIDER_CALL,
                                             summary=f"{call}: partial nodes")
             target = None
         await workflow.execute_activity(

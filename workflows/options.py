@@ -1,8 +1,28 @@
 """Timeouts and retry policies for orch's activities, in one place.
 
-Quick cloud calls get a short start-to-close timeout so that a worker that dies during
-one is noticed soon; long calls heartbeat instead, so they may run for hours and still
-be retried within ``HEARTBEAT`` of a crash.
+How long each step may take on a real cloud, and how soon a dead worker is noticed:
+
+=====================  ==============  =========  =====================================
+options                start-to-close  heartbeat  for
+=====================  ==============  =========  =====================================
+``PROVIDER_CALL``      10 min          20 s       one provider call: quota, RunInstances
+                                                  (an Azure create starts NIC, IP and VM;
+                                                  an AWS resume first waits out
+                                                  ``stopping``), describe, stop,
+                                                  terminate, ports. Heartbeats from a
+                                                  side thread while the call blocks.
+``LONG_CALL``          6 h             20 s       waits (RUNNING: 15 min bound of its own,
+                                                  counted from the first attempt; stopped
+                                                  or gone: 10 min), node setup, pip, Ray,
+                                                  file sync, the user's setup.
+``CLOUD_CALL``         2 min           none       short calls that are not provider calls:
+                                                  planning, job submission.
+``BEST_EFFORT``        90 s            20 s       checks whose failure is tolerated.
+=====================  ==============  =========  =====================================
+
+A worker killed in any provider call or wait is noticed within ``HEARTBEAT`` (20 s) and
+the call retried on another worker; waits resume from their heartbeat details with the
+deadline they started with (``orch/waiting.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +57,12 @@ CLOUD_CALL: dict[str, Any] = {
         maximum_attempts=6,
         non_retryable_error_types=NOT_RETRYABLE,
     ),
+}
+
+PROVIDER_CALL: dict[str, Any] = {
+    **CLOUD_CALL,
+    "start_to_close_timeout": timedelta(minutes=10),
+    "heartbeat_timeout": HEARTBEAT,
 }
 
 LONG_CALL: dict[str, Any] = {

@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from orch.clouds.base import InstanceStatus
     from orch.records import TEARDOWN_WORKFLOW, TeardownInput, TeardownResult
     from orch.summaries import instances_call, on_nodes
-    from workflows.options import BEST_EFFORT, CLOUD_CALL, LONG_CALL, error_message
+    from workflows.options import BEST_EFFORT, LONG_CALL, PROVIDER_CALL, error_message
 
 
 @workflow.defn(name=TEARDOWN_WORKFLOW)
@@ -55,7 +55,7 @@ class TeardownWorkflow:
         cloud, region = request.placement.cloud, request.placement.region
         call = instances_call("terminate" if request.terminate else "stop", cloud, region, name)
         workflow.set_current_details(f"**Now:** {call}")
-        found = await workflow.execute_activity(action, instances, **CLOUD_CALL, summary=call)
+        found = await workflow.execute_activity(action, instances, **PROVIDER_CALL, summary=call)
         workflow.set_current_details(f"**Now:** waiting until {len(found)} instance(s) are "
                                      f"{verb}")
         await workflow.execute_activity(
@@ -68,7 +68,7 @@ class TeardownWorkflow:
         )
         if request.terminate:
             await workflow.execute_activity(
-                cleanup_ports, instances, **CLOUD_CALL,
+                cleanup_ports, instances, **PROVIDER_CALL,
                 summary=f"remove the firewall rules of {name} in {region}")
         if not found:
             message = f"Cluster {name} had no instances on {cloud}: nothing to do."

@@ -43,6 +43,7 @@ from orch.clouds.base import (
     NodeInfo,
     ProvisionConfig,
     ProvisionRecord,
+    StateCheck,
 )
 from orch.clouds.errors import (
     AuthError,
@@ -283,20 +284,18 @@ class AWSProvider:
                     f"waited {self.wait_timeout:g}s for {what} in {cluster_name}: {states}")
             time.sleep(self.poll_interval)
 
-    def wait_instances(self, region: str, cluster_name: str, state: InstanceStatus) -> None:
-        accepted = _ACCEPTED[state]
-
-        def done(instances: list[dict[str, Any]]) -> bool:
-            if state is InstanceStatus.RUNNING:
-                if not instances:
-                    raise ProvisionError(f"cluster {cluster_name} has no instances in {region}")
-                for instance in instances:
-                    if state_name(instance) == "shutting-down":
-                        raise _lost(instance, instance["Placement"].get("AvailabilityZone"))
-            return all(state_name(instance) in accepted for instance in instances)
-
+    def check_instances(self, region: str, cluster_name: str, state: InstanceStatus) -> StateCheck:
         with translated():
-            self._poll(self._ec2(region), cluster_name, f"every instance {state.value}", done)
+            instances = describe_cluster(self._ec2(region), cluster_name, LIVE_STATES)
+        if state is InstanceStatus.RUNNING:
+            if not instances:
+                raise ProvisionError(f"cluster {cluster_name} has no instances in {region}")
+            for instance in instances:
+                if state_name(instance) == "shutting-down":
+                    raise _lost(instance, instance["Placement"].get("AvailabilityZone"))
+        return StateCheck(
+            done=all(state_name(i) in _ACCEPTED[state] for i in instances),
+            seen=", ".join(f"{i['InstanceId']}={state_name(i)}" for i in instances))
 
     def query_instances(self, region: str, cluster_name: str) -> dict[str, InstanceStatus]:
         with translated():

@@ -20,7 +20,6 @@ durable backoff instead of the SDK sleeping for minutes inside one attempt.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterable
 from functools import cached_property, partial
 from typing import Any, TypeVar
@@ -46,6 +45,7 @@ from orch.clouds.base import (
     NodeInfo,
     ProvisionConfig,
     ProvisionRecord,
+    StateCheck,
 )
 from orch.clouds.errors import (
     AuthError,
@@ -58,7 +58,6 @@ from orch.clouds.errors import (
 ENDPOINT_ENV = "ORCH_AZURE_ENDPOINT"
 SUBSCRIPTION_ENV = "AZURE_SUBSCRIPTION_ID"
 DEFAULT_POLLING_INTERVAL = 5.0  # seconds between polls when ARM sends no Retry-After
-WAIT_TIMEOUT = 900.0  # wait_instances gives up (TransientError) after this many seconds
 REQUIRED_PROVIDERS = ("Microsoft.Compute", "Microsoft.Network")
 T = TypeVar("T")
 
@@ -332,34 +331,27 @@ class AzureProvider:
         return {rule.properties.destination_port_range or "" for rule in rules
                 if (rule.name or "").startswith(res.PORT_RULE_PREFIX) and rule.properties}
 
-    def wait_instances(self, region: str, cluster_name: str, state: InstanceStatus) -> None:
-        """Poll until every VM is in ``state``. A VM whose operation failed raises its
-        translated error; one settled in the other state (RUNNING vs STOPPED) raises at
-        once; running out of time raises TransientError."""
-        deadline = time.monotonic() + WAIT_TIMEOUT
+    def check_instances(self, region: str, cluster_name: str, state: InstanceStatus) -> StateCheck:
+        """A VM whose operation failed raises its translated error; one settled in the
+        other state (RUNNING vs STOPPED) raises at once."""
         with translated(region):
-            while True:
-                vms = self._cluster_vms(region, cluster_name)
-                if not vms:
-                    raise ProvisionError(f"Azure {region}: cluster {cluster_name} has no VMs",
-                                         code="ClusterNotFound", scope=BlockScope.REGION)
-                for vm in vms:
-                    failure = _vm_failure(vm)
-                    if failure:
-                        raise classify(*failure, status=None, region=region, zone=_zone(vm))
-                statuses = {vm.name: _vm_status(vm) for vm in vms}
-                if all(status == state for status in statuses.values()):
-                    return
-                settled = {InstanceStatus.RUNNING, InstanceStatus.STOPPED} - {state}
-                wrong = [f"{n} is {s}" for n, s in statuses.items() if s in settled]
-                if wrong:
-                    raise ProvisionError(f"Azure {region}: waiting for {state}, but "
-                                         f"{', '.join(wrong)}", code="UnexpectedState",
-                                         scope=BlockScope.REGION)
-                if time.monotonic() > deadline:
-                    raise TransientError(f"Azure {region}: {cluster_name} not {state} after "
-                                         f"{WAIT_TIMEOUT:.0f}s: {statuses}", code="WaitTimeout")
-                time.sleep(self.polling_interval)
+            vms = self._cluster_vms(region, cluster_name)
+            if not vms:
+                raise ProvisionError(f"Azure {region}: cluster {cluster_name} has no VMs",
+                                     code="ClusterNotFound", scope=BlockScope.REGION)
+            for vm in vms:
+                failure = _vm_failure(vm)
+                if failure:
+                    raise classify(*failure, status=None, region=region, zone=_zone(vm))
+            statuses = {vm.name: _vm_status(vm) for vm in vms}
+            settled = {InstanceStatus.RUNNING, InstanceStatus.STOPPED} - {state}
+            wrong = [f"{n} is {s}" for n, s in statuses.items() if s in settled]
+            if wrong:
+                raise ProvisionError(f"Azure {region}: waiting for {state}, but "
+                                     f"{', '.join(wrong)}", code="UnexpectedState",
+                                     scope=BlockScope.REGION)
+        return StateCheck(done=all(status == state for status in statuses.values()),
+                          seen=", ".join(f"{n}={s}" for n, s in sorted(statuses.items())))
 
     def query_instances(self, region: str, cluster_name: str) -> dict[str, InstanceStatus]:
         with translated(region):

@@ -101,6 +101,14 @@ class ClusterInfo(_Record):
         return self.nodes[0] if self.nodes and self.nodes[0].is_head else None
 
 
+class StateCheck(_Record):
+    """One look at a cluster: whether a wait is over, and what was seen (for the
+    heartbeat and the timeout message), e.g. ``i-0ab=pending, i-0cd=running``."""
+
+    done: bool
+    seen: str = ""
+
+
 @runtime_checkable
 class Provider(Protocol):
     """One cloud. Each method is keyed by region and cluster name; instances are found by
@@ -114,8 +122,10 @@ class Provider(Protocol):
     def run_instances(self, config: ProvisionConfig) -> ProvisionRecord:
         """Create or resume instances until the cluster has ``num_nodes``; all or nothing."""
 
-    def wait_instances(self, region: str, cluster_name: str, state: InstanceStatus) -> None:
-        """Block (briefly) until every instance is in ``state``; raise if it cannot be."""
+    def check_instances(self, region: str, cluster_name: str, state: InstanceStatus) -> StateCheck:
+        """One look: whether every instance is in ``state`` and what was seen; raise when
+        it never will be (an instance lost while booting). Waiting is the caller's job
+        (:func:`orch.waiting.wait_until`), so that it can heartbeat and resume."""
 
     def query_instances(self, region: str, cluster_name: str) -> dict[str, InstanceStatus]:
         """Status of every non-terminated instance of the cluster."""

@@ -17,6 +17,7 @@ from orch.clouds.base import (
     InstanceStatus,
     ProvisionConfig,
     ProvisionRecord,
+    StateCheck,
 )
 from orch.clouds.errors import (
     BlockScope,
@@ -224,24 +225,18 @@ class GCPProvider:
             ]
         raise TransientError(f"instances still stopping in {zone}", code="RESOURCE_NOT_READY")
 
-    def wait_instances(self, region: str, cluster_name: str, state: InstanceStatus) -> None:
-        for _ in range(self.max_polls):
-            statuses = self.query_instances(region, cluster_name)
-            if state == InstanceStatus.RUNNING:
-                if not statuses:
-                    raise CapacityError(f"cluster {cluster_name} has no instances in {region}",
-                                        code="RESOURCE_NOT_FOUND")
-                gone = sorted(n for n, s in statuses.items() if s not in _ACTIVE)
-                if gone:  # e.g. spot capacity reclaimed while booting
-                    raise CapacityError(f"instances {gone} stopped before running",
-                                        code="PREEMPTED")
-            if all(s == state for s in statuses.values()):
-                return
-            time.sleep(self.poll_interval)
-        raise TransientError(
-            f"cluster {cluster_name} not {state} after {self.max_polls} polls",
-            code="WAIT_TIMEOUT",
-        )
+    def check_instances(self, region: str, cluster_name: str, state: InstanceStatus) -> StateCheck:
+        statuses = self.query_instances(region, cluster_name)
+        if state == InstanceStatus.RUNNING:
+            if not statuses:
+                raise CapacityError(f"cluster {cluster_name} has no instances in {region}",
+                                    code="RESOURCE_NOT_FOUND")
+            gone = sorted(n for n, s in statuses.items() if s not in _ACTIVE)
+            if gone:  # e.g. spot capacity reclaimed while booting
+                raise CapacityError(f"instances {gone} stopped before running",
+                                    code="PREEMPTED")
+        return StateCheck(done=all(s == state for s in statuses.values()),
+                          seen=", ".join(f"{n}={s}" for n, s in sorted(statuses.items())))
 
     def query_instances(self, region: str, cluster_name: str) -> dict[str, InstanceStatus]:
         return {

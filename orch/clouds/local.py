@@ -23,6 +23,7 @@ from orch.clouds.base import (
     NodeInfo,
     ProvisionConfig,
     ProvisionRecord,
+    StateCheck,
 )
 from orch.clouds.errors import InvalidConfigError
 from orch.config import orch_home
@@ -137,11 +138,13 @@ class LocalProvider:
             resumed_instance_ids=resumed,
         )
 
-    def wait_instances(self, region: str, cluster_name: str, state: InstanceStatus) -> None:
+    def check_instances(self, region: str, cluster_name: str, state: InstanceStatus) -> StateCheck:
         # Local state changes are immediate: a node is in the state we last wrote.
-        wrong = {i: s for i, s in self.query_instances(region, cluster_name).items() if s != state}
+        statuses = self.query_instances(region, cluster_name)
+        wrong = {i: s for i, s in statuses.items() if s != state}
         if wrong:
             raise InvalidConfigError(f"local nodes not {state}: {wrong}")
+        return StateCheck(done=True, seen=", ".join(f"{i}={s}" for i, s in statuses.items()))
 
     def query_instances(self, region: str, cluster_name: str) -> dict[str, InstanceStatus]:
         return {n["instance_id"]: InstanceStatus(n["status"]) for n in self._nodes(cluster_name)}

@@ -22,8 +22,10 @@ from orch.clouds.aws import AWSProvider
 from orch.clouds.base import ClusterInfo, InstanceStatus, NodeInfo, ProvisionConfig
 from orch.clouds.errors import CapacityError
 from orch.records import Placement, TeardownInput, TeardownResult
+from orch.waiting import WaitProgress
 from tests.activities.conftest import EAST_1, INSTANCE_TYPE, Moto, activities_started
 from tests.clouds.aws.conftest import PUBLIC_KEY
+from tests.clouds.waits import wait_instances
 from tests.fakes.ec2_fault_front import EC2FaultFront
 from workflows.teardown import TeardownWorkflow
 
@@ -38,7 +40,7 @@ def launch(cluster_name: str, num_nodes: int = 2) -> list[str]:
         cluster_name=cluster_name, num_nodes=num_nodes, region=EAST_1, zone=ZONE,
         instance_type=INSTANCE_TYPE, disk_size=32, ssh_public_key=PUBLIC_KEY,
         idempotency_token=f"launch/{uuid.uuid4().hex}"))
-    provider.wait_instances(EAST_1, cluster_name, InstanceStatus.RUNNING)
+    wait_instances(provider, EAST_1, cluster_name, InstanceStatus.RUNNING)
     return [n.instance_id for n in provider.get_cluster_info(EAST_1, cluster_name).nodes]
 
 
@@ -218,7 +220,7 @@ async def test_the_wait_for_stopped_is_bounded_and_names_what_is_in_the_way(
     request = WaitGoneRequest(
         instances=InstancesRequest(cloud="aws", region=EAST_1, cluster_name=cluster_name),
         target=InstanceStatus.STOPPED, timeout_s=0.5)
-    heartbeats: list[object] = []
+    heartbeats: list[tuple[object, ...]] = []
     env = ActivityEnvironment()
     env.on_heartbeat = lambda *details: heartbeats.append(details)
 
@@ -226,7 +228,9 @@ async def test_the_wait_for_stopped_is_bounded_and_names_what_is_in_the_way(
         env.run(wait_instances_gone, request)
 
     assert failure.value.type == "TransientError"
-    assert failure.value.message == (
-        f"instances not STOPPED after 0.5 s: {made[0]} (STOPPING)")
-    assert heartbeats[-1] == ({made[0]: InstanceStatus.STOPPING},)  # alive, and waiting on
+    assert failure.value.message == (f"gave up after 0.5 s waiting for {cluster_name} STOPPED "
+                                     f"in {EAST_1}: last seen {made[0]}=STOPPING")
+    progress = WaitProgress.model_validate(heartbeats[-1][0])  # alive, and waiting on
+    assert progress.what == f"{cluster_name} STOPPED in {EAST_1}" and progress.polls >= 1
+    assert progress.last_seen == f"{made[0]}=STOPPING"
     assert moto.states(EAST_1, cluster_name) == {made[0]: "stopped"}

@@ -15,6 +15,8 @@ Every request goes on to moto unchanged, except:
 * DescribeInstances can show instances as still ``stopping``/``pending`` for a number of
   polls (moto stops and starts instantly), or show none at all for a number of polls
   (EC2's eventual consistency right after a launch).
+* Any call can be made slow (:meth:`EC2FaultFront.slow`): answered after a delay, as a
+  throttled or overloaded endpoint answers, instead of moto's milliseconds.
 
 The zone of a call is its ``Placement.AvailabilityZone``, or the zone of its subnet.
 """
@@ -25,6 +27,7 @@ import http.client
 import json
 import re
 import threading
+import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -104,6 +107,13 @@ class Call:
 
 
 @dataclass
+class _Delay:
+    action: str
+    seconds: float
+    times: int | None  # None: every matching call
+
+
+@dataclass
 class _Hold:
     state: str
     polls: int
@@ -141,6 +151,8 @@ class EC2FaultFront:
         self._faults: list[Fault] = []
         self._quotas: dict[tuple[str, str], float] = {}
         self._holds: list[_Hold] = []
+        self._delays: list[_Delay] = []
+        self._delayed: list[str] = []  # the actions of the calls made slow so far
         self._hidden_polls = 0
         self._tokens: dict[tuple[str, str], tuple[bytes, _Answer]] = {}
         self._subnet_zones: dict[str, str] = {}
@@ -168,6 +180,8 @@ class EC2FaultFront:
             self._faults.clear()
             self._quotas.clear()
             self._holds.clear()
+            self._delays.clear()
+            self._delayed.clear()
             self._hidden_polls = 0
             self._calls.clear()
 
@@ -192,6 +206,28 @@ class EC2FaultFront:
         with self._lock:
             self._holds.append(_Hold(state, polls))
 
+    def slow(self, action: str, seconds: float, times: int | None = None) -> None:
+        """Answer ``action`` calls only after ``seconds``: ``times`` of them (None: all)."""
+        with self._lock:
+            self._delays.append(_Delay(action, seconds, times))
+
+    def _take_delay(self, action: str) -> float:
+        with self._lock:
+            for delay in self._delays:
+                if delay.action == action:
+                    if delay.times is not None:
+                        delay.times -= 1
+                        if delay.times == 0:
+                            self._delays.remove(delay)
+                    self._delayed.append(action)
+                    return delay.seconds
+        return 0.0
+
+    def delayed(self, action: str) -> int:
+        """How many ``action`` calls were made slow so far (each is in flight or done)."""
+        with self._lock:
+            return self._delayed.count(action)
+
     def hide_instances(self, polls: int) -> None:
         """Answer the next ``polls`` DescribeInstances calls with no instances."""
         with self._lock:
@@ -203,6 +239,9 @@ class EC2FaultFront:
 
     # -- answering ----------------------------------------------------------------------
     def answer(self, request: _Request) -> _Answer:
+        delay = self._take_delay(request.action)
+        if delay:
+            time.sleep(delay)
         zone = self._zone_of(request)
         token = request.params.get("ClientToken") if request.action == "RunInstances" else None
         fault = self._take_fault(request.action, zone)
@@ -464,8 +503,11 @@ def _handler_for(front: EC2FaultFront) -> type[BaseHTTPRequestHandler]:
                                        "server", "date"):
                     self.send_header(key, value)
             self.send_header("Content-Length", str(len(answer.body)))
-            self.end_headers()
-            self.wfile.write(answer.body)
+            try:
+                self.end_headers()
+                self.wfile.write(answer.body)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True  # the caller went away (a killed worker)
 
         do_GET = do_POST = _serve
 

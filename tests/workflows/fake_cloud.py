@@ -126,8 +126,12 @@ class FakeCloud:
 
     async def _enter(self, name: str) -> None:
         self.calls.append(name)
-        if name in self.gates:
-            await self.gates[name].wait()
+        if name in self.gates:  # held, and heartbeating as orch's own activities do
+            while not self.gates[name].is_set():
+                if activity.info().heartbeat_timeout:
+                    activity.heartbeat(f"held: {name}")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.gates[name].wait(), 1.0)
         if self.failures[name]:
             raise self.failures[name].pop(0)
 

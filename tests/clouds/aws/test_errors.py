@@ -18,6 +18,7 @@ from orch.clouds.errors import (
     TransientError,
 )
 from tests.clouds.aws.conftest import REGION, ZONE_A, cluster_instances, make_config
+from tests.clouds.waits import wait_instances
 from tests.fakes.ec2_fault_front import EC2FaultFront
 
 
@@ -84,7 +85,7 @@ def test_head_made_but_worker_failed_leaves_nothing_after_terminate_by_tag(
     (head,) = provider.query_instances(REGION, cluster_name)  # all or nothing: caller cleans
 
     provider.terminate_instances(REGION, cluster_name)
-    provider.wait_instances(REGION, cluster_name, InstanceStatus.TERMINATING)
+    wait_instances(provider, REGION, cluster_name, InstanceStatus.TERMINATING)
     provider.cleanup_ports(REGION, cluster_name)
 
     assert provider.query_instances(REGION, cluster_name) == {}

@@ -18,6 +18,7 @@ from tests.clouds.aws.conftest import (
     make_config,
     new_public_key,
 )
+from tests.clouds.waits import wait_instances
 from tests.fakes.ec2_fault_front import EC2FaultFront
 
 RUNNING, STOPPING, STOPPED = InstanceStatus.RUNNING, InstanceStatus.STOPPING, InstanceStatus.STOPPED
@@ -31,7 +32,7 @@ def test_cluster_info_lists_the_head_first_with_addresses_and_sizes(
     provider: AWSProvider, cluster_name: str, moto_ec2: Any
 ) -> None:
     record = provider.run_instances(make_config(cluster_name, num_nodes=3))
-    provider.wait_instances(REGION, cluster_name, RUNNING)
+    wait_instances(provider, REGION, cluster_name, RUNNING)
 
     info = provider.get_cluster_info(REGION, cluster_name)
 
@@ -53,7 +54,7 @@ def test_the_config_names_the_login_user_of_an_image(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     provider.run_instances(make_config(cluster_name, num_nodes=1))
-    provider.wait_instances(REGION, cluster_name, RUNNING)
+    wait_instances(provider, REGION, cluster_name, RUNNING)
     image_id = cluster_instances(moto_ec2, cluster_name)[0]["ImageId"]
     (tmp_path / "config.yaml").write_text(f"ssh_user: {{'{image_id[:6]}*': rocky}}\n")
     monkeypatch.setenv("ORCH_CONFIG", str(tmp_path / "config.yaml"))
@@ -66,7 +67,7 @@ def test_query_and_wait_follow_stop_and_terminate(
     provider: AWSProvider, cluster_name: str
 ) -> None:
     record = provider.run_instances(make_config(cluster_name, num_nodes=2))
-    provider.wait_instances(REGION, cluster_name, RUNNING)
+    wait_instances(provider, REGION, cluster_name, RUNNING)
     head = record.head_instance_id
     (worker,) = set(record.created_instance_ids) - {head}
     assert provider.query_instances(REGION, cluster_name) == {head: RUNNING, worker: RUNNING}
@@ -75,7 +76,7 @@ def test_query_and_wait_follow_stop_and_terminate(
     assert provider.query_instances(REGION, cluster_name) == {head: RUNNING, worker: STOPPED}
 
     provider.stop_instances(REGION, cluster_name)
-    provider.wait_instances(REGION, cluster_name, STOPPED)
+    wait_instances(provider, REGION, cluster_name, STOPPED)
     assert provider.query_instances(REGION, cluster_name) == {head: STOPPED, worker: STOPPED}
     assert provider.get_cluster_info(REGION, cluster_name).nodes == []
 
@@ -83,7 +84,7 @@ def test_query_and_wait_follow_stop_and_terminate(
     assert provider.query_instances(REGION, cluster_name) == {head: STOPPED}
 
     provider.terminate_instances(REGION, cluster_name)
-    provider.wait_instances(REGION, cluster_name, InstanceStatus.TERMINATING)
+    wait_instances(provider, REGION, cluster_name, InstanceStatus.TERMINATING)
     assert provider.query_instances(REGION, cluster_name) == {}
 
 
@@ -92,7 +93,7 @@ def test_teardown_of_a_cluster_that_never_existed_is_a_no_op(
 ) -> None:
     provider.stop_instances(REGION, cluster_name)
     provider.terminate_instances(REGION, cluster_name)
-    provider.wait_instances(REGION, cluster_name, STOPPED)
+    wait_instances(provider, REGION, cluster_name, STOPPED)
     provider.cleanup_ports(REGION, cluster_name)
     assert provider.query_instances(REGION, cluster_name) == {}
     assert not front.calls("StopInstances") and not front.calls("TerminateInstances")
@@ -102,7 +103,7 @@ def test_waiting_for_running_with_no_instances_fails(
     provider: AWSProvider, cluster_name: str
 ) -> None:
     with pytest.raises(ProvisionError):
-        provider.wait_instances(REGION, cluster_name, RUNNING)
+        wait_instances(provider, REGION, cluster_name, RUNNING)
 
 
 def test_instances_held_in_stopping_are_waited_for(
@@ -115,7 +116,7 @@ def test_instances_held_in_stopping_are_waited_for(
     statuses = provider.query_instances(REGION, cluster_name)
     assert statuses == dict.fromkeys(record.created_instance_ids, STOPPING)
     before = _describes(front)
-    provider.wait_instances(REGION, cluster_name, STOPPED)
+    wait_instances(provider, REGION, cluster_name, STOPPED)
 
     assert _describes(front) - before == 4  # three polls still stopping, then stopped
     assert set(provider.query_instances(REGION, cluster_name).values()) == {STOPPED}
@@ -127,7 +128,7 @@ def test_instances_held_in_pending_are_waited_for(
     provider.run_instances(make_config(cluster_name, num_nodes=1))
     front.hold_state("pending", polls=2)
     before = _describes(front)
-    provider.wait_instances(REGION, cluster_name, RUNNING)
+    wait_instances(provider, REGION, cluster_name, RUNNING)
     assert _describes(front) - before == 3
 
 
@@ -139,7 +140,7 @@ def test_a_wait_that_never_ends_times_out_as_transient(
     provider.stop_instances(REGION, cluster_name)
     aws_env.hold_state("stopping", polls=1_000_000)
     with pytest.raises(TransientError, match="stopping"):
-        provider.wait_instances(REGION, cluster_name, STOPPED)
+        wait_instances(provider, REGION, cluster_name, STOPPED, timeout_s=0.05)
 
 
 def test_an_instance_shutting_down_while_waiting_for_running_fails(
@@ -149,7 +150,7 @@ def test_an_instance_shutting_down_while_waiting_for_running_fails(
     provider.terminate_instances(REGION, cluster_name)
     front.hold_state("shutting-down", polls=1)
     with pytest.raises(ProvisionError, match="shutting-down"):
-        provider.wait_instances(REGION, cluster_name, RUNNING)
+        wait_instances(provider, REGION, cluster_name, RUNNING)
 
 
 # -- security group and key pair -----------------------------------------------------------

@@ -19,6 +19,7 @@ from tests.clouds.aws.conftest import (
     cluster_instances,
     make_config,
 )
+from tests.clouds.waits import wait_instances
 from tests.fakes.ec2_fault_front import EC2FaultFront
 
 
@@ -196,10 +197,10 @@ def test_a_stopped_cluster_is_resumed_with_the_same_instances(
 ) -> None:
     first = provider.run_instances(make_config(cluster_name, num_nodes=2))
     provider.stop_instances(REGION, cluster_name)
-    provider.wait_instances(REGION, cluster_name, InstanceStatus.STOPPED)
+    wait_instances(provider, REGION, cluster_name, InstanceStatus.STOPPED)
 
     resumed = provider.run_instances(make_config(cluster_name, num_nodes=2))
-    provider.wait_instances(REGION, cluster_name, InstanceStatus.RUNNING)
+    wait_instances(provider, REGION, cluster_name, InstanceStatus.RUNNING)
 
     assert sorted(resumed.resumed_instance_ids) == sorted(first.created_instance_ids)
     assert resumed.created_instance_ids == []
@@ -225,7 +226,7 @@ def test_without_resume_stopped_instances_are_left_and_new_ones_made(
 ) -> None:
     first = provider.run_instances(make_config(cluster_name, num_nodes=1))
     provider.stop_instances(REGION, cluster_name)
-    provider.wait_instances(REGION, cluster_name, InstanceStatus.STOPPED)
+    wait_instances(provider, REGION, cluster_name, InstanceStatus.STOPPED)
 
     fresh = provider.run_instances(make_config(cluster_name, num_nodes=1, resume_stopped=False))
 

@@ -20,6 +20,7 @@ from orch.clouds.errors import (
     TransientError,
 )
 from tests.clouds.azure.support import StaticToken, config
+from tests.clouds.waits import wait_instances
 from tests.fakes.azure_arm_fake import AzureArmFake
 
 CREATE_VM = "VirtualMachines_CreateOrUpdate"
@@ -50,12 +51,12 @@ def test_capacity_errors(
     assert code in caught.value.message
     if in_operation:  # the VM exists, Failed, and says why
         with pytest.raises(CapacityError) as waited:
-            provider.wait_instances("eastus", "c1", InstanceStatus.RUNNING)
+            wait_instances(provider, "eastus", "c1", InstanceStatus.RUNNING)
         assert waited.value.code == code and waited.value.scope == scope
     # a retry creates what is missing or failed, nothing else
     assert provider.run_instances(config("c1", 2, zone=zone)).created_instance_ids == [
         "c1-head"]
-    provider.wait_instances("eastus", "c1", InstanceStatus.RUNNING)
+    wait_instances(provider, "eastus", "c1", InstanceStatus.RUNNING)
 
 
 def test_zonal_fault_only_hits_its_zone(provider: AzureProvider, fake: AzureArmFake) -> None:

@@ -10,6 +10,7 @@ from orch.clouds.base import InstanceStatus, Provider
 from orch.clouds.errors import ProvisionError, TransientError
 from orch.clouds.tiers import DiskTier, NetworkTier, disk_tier_fits
 from tests.clouds.azure.support import SSH_KEY, config
+from tests.clouds.waits import wait_instances
 from tests.fakes.azure_arm_fake import AzureArmFake
 
 RUNNING = InstanceStatus.RUNNING
@@ -60,7 +61,7 @@ def test_cluster_lifecycle(provider: AzureProvider, fake: AzureArmFake) -> None:
 
     assert provider.query_instances("eastus", "c1") == {"c1-head": RUNNING,
                                                          "c1-worker-1": RUNNING}
-    provider.wait_instances("eastus", "c1", RUNNING)
+    wait_instances(provider, "eastus", "c1", RUNNING)
 
     info = provider.get_cluster_info("eastus", "c1")
     assert info.cloud == "azure" and info.instance_type == "Standard_D2s_v3"
@@ -76,7 +77,7 @@ def test_cluster_lifecycle(provider: AzureProvider, fake: AzureArmFake) -> None:
     assert fake.power_state("c1-head") == "deallocated"
     assert provider.query_instances("eastus", "c1") == {"c1-head": STOPPED,
                                                          "c1-worker-1": STOPPED}
-    provider.wait_instances("eastus", "c1", STOPPED)
+    wait_instances(provider, "eastus", "c1", STOPPED)
 
     resumed = provider.run_instances(config("c1", 2, ports=["8080"]))
     assert resumed.resumed_instance_ids == ["c1-head", "c1-worker-1"]
@@ -160,7 +161,7 @@ def test_wait_polls_until_stopped(provider: AzureProvider, fake: AzureArmFake) -
     assert provider.query_instances("eastus", "c1") == {"c1-head": InstanceStatus.STOPPING}
     lists = fake.count("VirtualMachines_List")
 
-    provider.wait_instances("eastus", "c1", STOPPED)
+    wait_instances(provider, "eastus", "c1", STOPPED)
 
     assert fake.count("VirtualMachines_List") - lists == 3  # two more deallocating, then done
 
@@ -168,7 +169,7 @@ def test_wait_polls_until_stopped(provider: AzureProvider, fake: AzureArmFake) -
 def test_wait_for_a_state_the_cluster_left_raises(provider: AzureProvider) -> None:
     provider.run_instances(config("c1", 1))
     with pytest.raises(ProvisionError, match="c1-head is RUNNING") as caught:
-        provider.wait_instances("eastus", "c1", STOPPED)
+        wait_instances(provider, "eastus", "c1", STOPPED)
     assert caught.value.code == "UnexpectedState"
 
 

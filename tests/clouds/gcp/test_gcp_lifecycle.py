@@ -9,8 +9,8 @@ import pytest
 from orch.clouds.base import InstanceStatus, ProvisionConfig
 from orch.clouds.errors import BlockScope, CapacityError, TransientError
 from orch.clouds.gcp import GCPProvider
-from orch.clouds.gcp_client import GCPSettings
 from tests.clouds.gcp.conftest import REGION, ZONE
+from tests.clouds.waits import wait_instances
 from tests.fakes.gcp_compute_fake import GCPComputeFake
 
 Config = Callable[..., ProvisionConfig]
@@ -34,7 +34,7 @@ def test_wait_then_cluster_info_head_first_with_addresses(
 ) -> None:
     provider.run_instances(config(num_nodes=3))
 
-    provider.wait_instances(REGION, "c1", S.RUNNING)
+    wait_instances(provider, REGION, "c1", S.RUNNING)
     info = provider.get_cluster_info(REGION, "c1")
 
     assert (info.cloud, info.zone, info.instance_type) == ("gcp", ZONE, "n2-standard-8")
@@ -51,20 +51,19 @@ def test_cluster_info_reports_gpus_of_the_machine_type(
     provider: GCPProvider, config: Config
 ) -> None:
     provider.run_instances(config(num_nodes=1, instance_type="a2-highgpu-1g"))
-    provider.wait_instances(REGION, "c1", S.RUNNING)
+    wait_instances(provider, REGION, "c1", S.RUNNING)
 
     (node,) = provider.get_cluster_info(REGION, "c1").nodes
     assert node.gpus == {"nvidia-tesla-a100": 1}
 
 
-def test_wait_is_bounded(fake: GCPComputeFake, config: Config) -> None:
-    impatient = GCPProvider(GCPSettings(project=fake.project, endpoint=fake.endpoint),
-                            poll_interval=0, max_polls=2)
-    impatient.run_instances(config(num_nodes=1))
+def test_wait_is_bounded(provider: GCPProvider, config: Config) -> None:
+    provider.run_instances(config(num_nodes=1))  # STAGING for a poll, then RUNNING
 
     with pytest.raises(TransientError) as raised:
-        impatient.wait_instances(REGION, "c1", S.RUNNING)
-    assert raised.value.code == "WAIT_TIMEOUT"
+        wait_instances(provider, REGION, "c1", S.RUNNING, timeout_s=0)
+    assert raised.value.code == "WaitTimeout"
+    assert raised.value.message.endswith("last seen c1-head=PENDING")  # STAGING, as orch reads it
 
 
 def test_wait_for_running_fails_when_spot_is_preempted(
@@ -74,26 +73,26 @@ def test_wait_for_running_fails_when_spot_is_preempted(
     fake.preempt(ZONE, "c1-worker-1")
 
     with pytest.raises(CapacityError) as raised:
-        provider.wait_instances(REGION, "c1", S.RUNNING)
+        wait_instances(provider, REGION, "c1", S.RUNNING)
     assert raised.value.scope == BlockScope.ZONE
     assert "c1-worker-1" in raised.value.message
 
 
 def test_wait_for_running_without_instances_fails(provider: GCPProvider) -> None:
     with pytest.raises(CapacityError):
-        provider.wait_instances(REGION, "nothing-here", S.RUNNING)
+        wait_instances(provider, REGION, "nothing-here", S.RUNNING)
 
 
 def test_stop_then_relaunch_resumes_the_stopped_instances(
     fake: GCPComputeFake, provider: GCPProvider, config: Config
 ) -> None:
     provider.run_instances(config(num_nodes=2))
-    provider.wait_instances(REGION, "c1", S.RUNNING)
+    wait_instances(provider, REGION, "c1", S.RUNNING)
     ids = {name: i["id"] for name, i in fake.instances().items()}
 
     provider.stop_instances(REGION, "c1")
     assert set(provider.query_instances(REGION, "c1").values()) == {S.STOPPING}
-    provider.wait_instances(REGION, "c1", S.STOPPED)
+    wait_instances(provider, REGION, "c1", S.STOPPED)
     assert {i["status"] for i in fake.instances().values()} == {"TERMINATED"}
     assert provider.get_cluster_info(REGION, "c1").nodes == []
 
@@ -102,7 +101,7 @@ def test_stop_then_relaunch_resumes_the_stopped_instances(
     assert record.resumed_instance_ids == ["c1-head", "c1-worker-1"]
     assert record.created_instance_ids == []
     assert {name: i["id"] for name, i in fake.instances().items()} == ids
-    provider.wait_instances(REGION, "c1", S.RUNNING)
+    wait_instances(provider, REGION, "c1", S.RUNNING)
     assert len(fake.calls("instances.start")) == 2
 
 
@@ -136,7 +135,7 @@ def test_stop_workers_only(
     fake: GCPComputeFake, provider: GCPProvider, config: Config
 ) -> None:
     provider.run_instances(config(num_nodes=3))
-    provider.wait_instances(REGION, "c1", S.RUNNING)
+    wait_instances(provider, REGION, "c1", S.RUNNING)
 
     provider.stop_instances(REGION, "c1", worker_only=True)
 
