@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from cli import display
-from orch.client import INVALID_RESOURCES, SERVER_ERRORS, Client, OrchError
+from orch.client import SERVER_ERRORS, USER_ERRORS, Client, OrchError
 from orch.client.codec import CodecKeyError
 from orch.server import ControlPlaneError
 from orch.settings import Settings, load_settings
@@ -62,7 +62,7 @@ def run(coro_fn: Callable[[Client], Awaitable[T]]) -> T:
         if attempts:
             older = int(err.details.get("older_attempts") or 0)
             display.failover_table(err_console, attempts, older)
-        raise fail(str(err), code=2 if err.kind == INVALID_RESOURCES else 1) from None
+        raise fail(str(err), code=2 if err.kind in USER_ERRORS else 1) from None
     except ControlPlaneError as err:
         raise fail(f"the control plane is not available: {err}") from None
     except CodecKeyError as err:  # a secret encrypted with another key than this one

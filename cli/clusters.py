@@ -255,6 +255,7 @@ def status(
         print(json.dumps([c.model_dump(mode="json") for c in listed]))
         return
     display.clusters_table(console, listed)
+    display.init_hint(console, [c.name for c in listed if c.status == ClusterStatus.INIT])
     if with_jobs:
         console.print(display.queue_summary(jobs), highlight=False)
 

@@ -17,6 +17,7 @@ from orch.failover_rules import HISTORY_HEADERS, Candidate, FailoverAttempt, his
 from orch.managed_jobs import JobSummary, ManagedJobStatus
 from orch.runtime.jobs import JobRecord
 from orch.server import ServerState
+from orch.summaries import short
 
 
 class Progress:
@@ -82,6 +83,16 @@ def clusters_table(console: Console, clusters: list[ClusterSummary]) -> None:
     console.print(table)
 
 
+def init_hint(console: Console, names: list[str]) -> None:
+    """Under the table: what an INIT cluster is, and what to do with one a launch left so."""
+    if not names:
+        return
+    name = names[0] if len(names) == 1 else "NAME"
+    console.print(f"INIT ({', '.join(names)}): launching, or left half-made by a failed launch; "
+                  f"orch launch -c {name} TASK retries (keeping its nodes), orch down {name} "
+                  "removes it", highlight=False)
+
+
 _RUNNING_FIRST = (ManagedJobStatus.RUNNING, ManagedJobStatus.RECOVERING,
                   ManagedJobStatus.STARTING, ManagedJobStatus.PENDING)
 
@@ -116,32 +127,93 @@ def jobs_table(console: Console, cluster: str, jobs: list[JobRecord]) -> None:
     console.print(table)
 
 
-def server_state(console: Console, state: ServerState, running: bool) -> None:
+def server_state(console: Console, state: ServerState, running: bool,
+                 worker_running: bool = True) -> None:
+    """The embedded control plane; a server or worker that is gone is said so, in red,
+    with how to bring it back."""
     table = Table(show_header=False, box=None)
-    table.add_row("Temporal server", f"{state.address} ({'up' if running else 'down'})")
+    table.add_row("Temporal server", f"{state.address} ({'up' if running else '[red]down[/]'})")
     table.add_row("Web UI", state.ui_url)
     table.add_row("Server pid", str(state.server_pid))
-    table.add_row("Worker pid", str(state.worker_pid or "-"))
-    console.print(table)
+    worker = f"{state.worker_pid or '-'} (running)"
+    if not worker_running:
+        gone = f"{state.worker_pid} (dead)" if state.worker_pid else "none"
+        worker = f"[red]{gone}[/]: nothing runs launches or jobs; orch server start restarts it"
+    table.add_row("Worker pid", worker)
+    console.print(table, highlight=False)
 
 
-def _table(console: Console, headers: list[str], rows: list[list[str]], title: str = "") -> None:
+def _table(console: Console, headers: list[str], rows: list[list[str]], title: str = "",
+           one_line: bool = False) -> None:
+    """A plain table; ``one_line``: each row on one line, the last column (a message) cut
+    with an ellipsis to leave the others whole."""
     table = Table(show_edge=False, box=None, header_style="bold", title=title or None)
-    for header in headers:
-        table.add_column(header, overflow="fold")
+    for index, header in enumerate(headers):
+        if not one_line:
+            table.add_column(header, overflow="fold")
+        elif index < len(headers) - 1:
+            widest = max(len(cell) for cell in [header, *(row[index] for row in rows)])
+            table.add_column(header, no_wrap=True, min_width=min(widest, ONE_LINE_CELL))
+        else:
+            table.add_column(header, no_wrap=True, overflow="ellipsis")
     for row in rows:
         table.add_row(*row)
     console.print(table)
 
 
+GROUP_AFTER = 10  # more attempts than this are shown one row per error, not per attempt
+TABLE_MESSAGE = 60  # characters of an attempt's message in a table cell
+GROUP_HEADERS = ["ERROR", "CODE", "ATTEMPTS", "WHERE", "BLOCKED", "FIRST MESSAGE"]
+ONE_LINE_CELL = 48  # the widest a one-line table keeps a cell before the message column
+
+
 def failover_table(console: Console, attempts: list[dict[str, Any]], older: int = 0) -> None:
     """Every candidate tried (the latest ones, when ``older`` earlier attempts were only
-    counted), its error and the block rule applied."""
-    rows = history_rows([FailoverAttempt.model_validate(a) for a in attempts], older)
+    counted), its error and the block rule applied; past :data:`GROUP_AFTER` attempts,
+    one row per error and code, so that 40 attempts stay a table one can read."""
+    tried = [FailoverAttempt.model_validate(a) for a in attempts]
+    total = older + len(tried)
+    if len(tried) > GROUP_AFTER:
+        title = f"Failover attempts: {total}, grouped by error"
+        if older:
+            title += f" (the first {older} only counted)"
+        _table(console, GROUP_HEADERS, attempt_groups(tried), title=title, one_line=True)
+        return
+    rows = [[*row[:-1], short(row[-1], TABLE_MESSAGE)] for row in history_rows(tried, older)]
     title = "Failover attempts"
     if older:
-        title += f": {older + len(rows)} in all, the first {older} not shown"
-    _table(console, HISTORY_HEADERS, rows, title=title)
+        title += f": {total} in all, the first {older} not shown"
+    _table(console, HISTORY_HEADERS, rows, title=title, one_line=True)
+
+
+def attempt_groups(attempts: list[FailoverAttempt]) -> list[list[str]]:
+    """One row per error type and code, in the order they first happened: how many
+    attempts, where (the first few places), what they blocked, the first message."""
+    groups: dict[tuple[str, str], list[FailoverAttempt]] = {}
+    for attempt in attempts:
+        groups.setdefault((attempt.error_type, attempt.code), []).append(attempt)
+    rows = []
+    for (error, code), group in groups.items():
+        places: dict[str, list[str]] = {}
+        for a in group:
+            zones = places.setdefault(a.candidate.cloud, [])
+            if (a.zone or a.candidate.region) not in zones:
+                zones.append(a.zone or a.candidate.region)
+        where = "; ".join(f"{cloud} {_zones(zones)}" for cloud, zones in places.items())
+        rows.append([error, code or "-", str(len(group)), where,
+                     _blocked(group), short(group[0].message, TABLE_MESSAGE)])
+    return rows
+
+
+def _blocked(group: list[FailoverAttempt]) -> str:
+    """What a group of attempts blocked: the one rule, or how many of each scope."""
+    blocks = list(dict.fromkeys(a.block for a in group if a.block is not None))
+    if not blocks:
+        return "nothing (retried)"
+    if len(blocks) == 1:
+        return blocks[0].describe()
+    scopes = Counter("zone" if b.zone else "region" if b.region else "cloud" for b in blocks)
+    return ", ".join(f"{n} {scope}{'s' if n > 1 else ''}" for scope, n in scopes.items())
 
 
 def _zones(zones: list[str]) -> str:

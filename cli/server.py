@@ -45,7 +45,8 @@ def server_status() -> None:
     if state is None:
         console.print("Not running. `orch server start` (or any command) starts it.")
         raise typer.Exit(1)
-    display.server_state(console, state, running=plane.server_running(state))
+    display.server_state(console, state, running=plane.server_running(state),
+                         worker_running=plane.worker_running(state))
 
 
 @app.command()

@@ -138,6 +138,17 @@ class ControlPlane:
     def server_running(self, state: ServerState | None) -> bool:
         return state is not None and alive(state.server_pid) and _port_open(state.port)
 
+    @staticmethod
+    def worker_running(state: ServerState) -> bool:
+        """Whether the worker recorded is alive and still a worker (its pid not reused)."""
+        if not alive(state.worker_pid):
+            return False
+        try:
+            command = Path(f"/proc/{state.worker_pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return True  # alive, but not ours to read: take the pid's word for it
+        return b"workers" in command
+
     def ensure(self) -> ServerState:
         """Start whatever part of the control plane is not running; return its state."""
         with self._locked():

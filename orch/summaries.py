@@ -215,6 +215,23 @@ def attempt_phrase(attempt: FailoverAttempt) -> str:
             f"{where(candidate.cloud, candidate.region, attempt.zone)}{what}")
 
 
+ATTEMPT_MESSAGE = 100  # characters of a failed attempt's message on its one line
+
+
+def attempt_line(attempt: FailoverAttempt) -> str:
+    """One failed attempt on one line: ``aws us-east-1/us-east-1a m6i.xlarge spot:
+    CapacityError InsufficientInstanceCapacity: We currently do not… ; blocked aws zone
+    us-east-1a (m6i.xlarge)``."""
+    candidate = attempt.candidate
+    place = "/".join(filter(None, [candidate.region, attempt.zone]))
+    what = " ".join(filter(None, [candidate.cloud, place, candidate.instance_type,
+                                  "spot" if candidate.use_spot else None]))
+    error = " ".join(filter(None, [attempt.error_type, attempt.code]))
+    message = short(" ".join(attempt.message.split()), ATTEMPT_MESSAGE)
+    blocked = attempt.block.describe() if attempt.block else "nothing (retry)"
+    return f"{what}: {error}" + (f": {message}" if message else "") + f"; blocked {blocked}"
+
+
 def job_details(state: ManagedJobState) -> str:
     """Current details of a ManagedJobWorkflow (markdown): status, task, cluster, last step."""
     run = state.current

@@ -49,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
         sync_files,
     )
     from orch.clouds.base import InstanceStatus
-    from orch.fit import misfit
+    from orch.fit import TASK_DOES_NOT_FIT, misfit
     from orch.lifecycle import refresh_verdict
     from orch.records import (
         CANCELLED,
@@ -107,6 +107,7 @@ MIN_TIMER = timedelta(seconds=1)
 MAX_EVENTS = 100
 CANCEL_TEARDOWN_PATCH = "cluster-cancel-teardown"  # workflow.patched id: cancel tears down
 DOWN_CUTS_SHORT_PATCH = "cluster-down-cuts-launch-short"  # patched id: down cancels a launch
+RELAUNCH_IN_SHAPE_PATCH = "cluster-relaunch-in-shape"  # an INIT cluster keeps its shape
 CANCEL_DOWN = "down (workflow cancelled)"  # the operation a cancellation runs
 CANCELLABLE = ("launch", "start", "exec")  # operations a cancellation cuts short
 
@@ -118,6 +119,13 @@ def resources_summary(record: ClusterRecord) -> str:
     what = placement.instance_type or f"{node.cpus:g} CPU, {node.memory_gb:g} GB"
     spot = ", spot" if placement.use_spot else ""
     return f"{len(record.info.nodes)}x {placement.cloud}({what}{spot})"
+
+
+def init_hint(name: str, has_nodes: bool) -> str:
+    """What to do with a cluster a failed launch left INIT."""
+    keeps = " (it keeps the cluster's nodes)" if has_nodes else ""
+    return (f"Cluster {name} is left INIT. Retry with: orch launch -c {name} TASK{keeps}, "
+            f"or tear it down: orch down {name}")
 
 
 @workflow.defn(name=CLUSTER_WORKFLOW)
@@ -339,19 +347,21 @@ class ClusterWorkflow:
                     type="ClusterStopped", non_retryable=True,
                 )
             reuse = self.state.status == ClusterStatus.UP
-            if reuse:
+            relaunch = not reuse and self._relaunches_in_shape()
+            if reuse or relaunch:
                 self._require_fit(task)
             job_id = self._next_job_id() if task.run or task.setup else None
             if request.autostop is not None:
                 self.state.autostop = request.autostop
             self.state.last_error = None
             self._touch()
-            if not reuse:
+            if not reuse and not relaunch:
                 self.state.launched = Task(num_nodes=task.num_nodes, resources=task.resources)
             try:
                 await self._launch_child(LaunchInput(
                     cluster_name=self.state.name, name_on_cloud=self.state.name_on_cloud,
-                    task=task, placement=self.state.placement,
+                    task=self._in_shape(task) if relaunch else task,
+                    placement=self.state.placement,
                     reuse=self.state.info if reuse else None,
                     gcs_address=self.state.gcs_address if reuse else None,
                     job_id=job_id, retry_until_up=request.retry_until_up,
@@ -383,12 +393,15 @@ class ClusterWorkflow:
                                        non_retryable=True) from err
             self.state.last_error = error_message(err)
             ready = self.state.gcs_address is not None and self.state.info is not None
+            details = error_details(err)
             if (error_type(err) == "SetupError" and ready) or reuse:
                 self._set_status(ClusterStatus.UP)
             else:
                 self._set_status(ClusterStatus.INIT, reason=self.state.last_error)
+                details = {**details, "hint": init_hint(self.state.name,
+                                                        self.state.placement is not None)}
             raise ApplicationError(
-                self.state.last_error, error_details(err),
+                self.state.last_error, details,
                 type=error_type(err) or "LaunchFailed", non_retryable=True,
             ) from err
         self.state.info, self.state.placement = output.info, output.placement
@@ -399,6 +412,20 @@ class ClusterWorkflow:
     @launch.validator
     def _validate_launch(self, request: LaunchRequest) -> None:
         self._require_not_gone()
+
+    def _relaunches_in_shape(self) -> bool:
+        """A launch on a cluster that has (or had) nodes, left INIT by a failed launch or a
+        refresh: as SkyPilot, it keeps the cluster's nodes and resources (the task may ask
+        for less, never more), rather than provisioning the task's own shape beside them."""
+        return (self.state.placement is not None and self.state.launched is not None
+                and workflow.patched(RELAUNCH_IN_SHAPE_PATCH))
+
+    def _in_shape(self, task: Task) -> Task:
+        """``task`` to provision with the cluster's own shape (its job still runs on the
+        nodes the task asks for)."""
+        assert self.state.launched is not None
+        return task.model_copy(update={"num_nodes": self.state.launched.num_nodes,
+                                       "resources": self.state.launched.resources})
 
     # -- exec ---------------------------------------------------------------------------
     @workflow.update
@@ -641,4 +668,4 @@ class ClusterWorkflow:
     def _require_fit(self, task: Task) -> None:
         reason = misfit(task, self.state)
         if reason:
-            raise ApplicationError(reason, type="TaskDoesNotFit", non_retryable=True)
+            raise ApplicationError(reason, type=TASK_DOES_NOT_FIT, non_retryable=True)

@@ -60,7 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from orch.records import FAILOVER_WORKFLOW, PROGRESS_SIGNAL, LaunchProgress, Placement
     from orch.spec import Resources, Task
     from orch.spec_resource_fields import image_for
-    from orch.summaries import attempt_phrase, instances_call, provision_call
+    from orch.summaries import attempt_line, attempt_phrase, instances_call, provision_call
     from workflows.options import (
         CLOUD_CALL,
         LONG_CALL,
@@ -68,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         error_details,
         error_message,
         error_type,
+        failure_kind,
     )
     from workflows.permits import acquire_permit
 
@@ -285,7 +286,7 @@ class FailoverWorkflow:
                 if not isinstance(err, ActivityError) or is_cancelled_exception(err):
                     await self._remove_partial(instances, request.was_up)
                     raise
-                scope = await self._failed(request, candidate, zone, where, err)
+                scope = await self._failed(request, candidate, zone, err)
                 try:
                     await self._remove_partial(instances, request.was_up)
                 except ActivityError:
@@ -300,10 +301,10 @@ class FailoverWorkflow:
         return None
 
     async def _failed(self, request: FailoverInput, candidate: Candidate, zone: str | None,
-                      where: str, err: ActivityError) -> BlockScope:
+                      err: ActivityError) -> BlockScope:
         """Record a failed attempt, grow the blocklist by its rule, and say so; a throttled
         attempt also sets the backoff. Returns the error's scope."""
-        kind = error_type(err) or "Error"
+        kind = failure_kind(err) or "Error"
         details = error_details(err)
         scope = BlockScope(details.get("scope", BlockScope.ZONE))
         counted = scope == BlockScope.NONE and workflow.patched(RETRY_LIMIT_PATCH)
@@ -314,9 +315,7 @@ class FailoverWorkflow:
         if counted:
             self.retries = self.retries.after(attempt)
             self.backoff_s = retry_backoff_s(attempt, retries)
-        blocked = attempt.block.describe() if attempt.block else "nothing (retry)"
-        await self._report(request, f"{where}: {kind} {attempt.code} "
-                                    f"({attempt.message[:120]}); blocked {blocked}")
+        await self._report(request, attempt_line(attempt))
         self.blocklist = self.blocklist.add(attempt.block)
         return scope
 

@@ -31,7 +31,8 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
+from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 HEARTBEAT = timedelta(seconds=20)
 
@@ -103,8 +104,41 @@ def error_details(error: BaseException) -> dict[str, Any]:
     return {}
 
 
+_TIMEOUTS = {  # what each Temporal timeout means to the user
+    TimeoutType.HEARTBEAT: ("heartbeat timeout", "the worker stopped answering during {}"),
+    TimeoutType.START_TO_CLOSE: ("timeout", "{} ran past its time limit"),
+    TimeoutType.SCHEDULE_TO_START: ("timeout", "no worker picked up {} in time"),
+    TimeoutType.SCHEDULE_TO_CLOSE: ("timeout", "{} ran past its time limit, retries included"),
+}
+
+
+def _timeout(error: BaseException) -> tuple[str, str] | None:
+    """The kind (``HeartbeatTimeout``) and words of an activity's timeout, None if it is
+    not one: ``heartbeat timeout: the worker stopped answering during run_instances``."""
+    activity_name = "the activity"
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ActivityError):
+            activity_name = cause.activity_type or activity_name
+        if isinstance(cause, TemporalTimeout) and cause.type in _TIMEOUTS:
+            name, words = _TIMEOUTS[cause.type]
+            return name.title().replace(" ", ""), f"{name}: {words.format(activity_name)}"
+        cause = cause.__cause__
+    return None
+
+
+def failure_kind(error: BaseException) -> str:
+    """The error's type for the user: the ApplicationError's, else the timeout's."""
+    timeout = _timeout(error)
+    return error_type(error) or (timeout[0] if timeout else "")
+
+
 def error_message(error: BaseException) -> str:
-    """The innermost message: what actually went wrong, not the wrapping layers."""
+    """The innermost message: what actually went wrong, not the wrapping layers; a
+    timeout is named as such, not by Temporal's own words."""
+    timeout = _timeout(error)
+    if timeout is not None:
+        return timeout[1]
     cause: BaseException = error
     while cause.__cause__ is not None:
         cause = cause.__cause__

@@ -41,6 +41,7 @@ from orch.client.attribution import requester, start_attributes
 from orch.client.codec import CodecKeyError, orch_data_converter
 from orch.clouds.base import NodeInfo
 from orch.config import TASK_QUEUE, TemporalSettings, orch_home
+from orch.fit import TASK_DOES_NOT_FIT
 from orch.lifecycle import Autostop
 from orch.names import InvalidNameError, check_name, control_plane_hash, name_on_cloud, name_problem
 from orch.optimizer import OptimizerError, plan
@@ -80,6 +81,7 @@ from orch.summaries import cluster_summary, task_details
 CONNECT_TIMEOUT_S = 60
 PROGRESS_POLL_S = 0.5
 INVALID_RESOURCES = "InvalidResources"  # an OrchError kind: the user's request, not a failure
+USER_ERRORS = frozenset({INVALID_RESOURCES, TASK_DOES_NOT_FIT})  # kinds the CLI exits 2 for
 SERVER_ERRORS = (RPCError,)  # what the Temporal server may answer instead of a result
 
 
@@ -164,8 +166,9 @@ def update_failure(err: BaseException) -> OrchError:
         details = found.details[0] if found.details else None
         details = details if isinstance(details, dict) else {}
         message = found.message
-        if details.get("tail"):
-            message += "\n" + details["tail"]
+        for extra in ("tail", "hint"):  # the failed setup's last lines, what to do now
+            if details.get(extra):
+                message += "\n" + details[extra]
         return OrchError(message, found.type or "", details)
     if _was_cancelled(err):  # cut short before any child said so
         return OrchError(CANCELLED_MESSAGE, CANCELLED)

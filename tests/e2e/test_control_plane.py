@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +17,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 
 from orch.config import venv_binary
 from orch.records import SA_CLUSTER, SEARCH_ATTRIBUTES
+from orch.runtime.procfs import alive
 from orch.server import ControlPlane, _free_port, _port_open, _terminate
 from tests.e2e.conftest import Orch, wait_for
 
@@ -37,6 +40,27 @@ def test_two_homes_run_side_by_side_on_their_own_ports(orch: Orch, tmp_path: Pat
         other("server", "stop")
     assert other.plane().state() is None
     assert "(up)" in orch("server", "status").stdout  # ours is untouched
+
+
+def test_server_status_says_a_dead_worker_is_dead_and_how_to_restart_it(tmp_path: Path
+                                                                         ) -> None:
+    cli = Orch(tmp_path / "dead-worker-home")
+    try:
+        cli("server", "start")
+        state = cli.plane().state()
+        assert state is not None and state.worker_pid
+        assert f"{state.worker_pid} (running)" in cli("server", "status").stdout
+        os.kill(state.worker_pid, signal.SIGTERM)  # the worker this test's home started
+        wait_for(lambda: not alive(state.worker_pid), what="the worker to exit")
+
+        shown = cli("server", "status").stdout
+        assert f"{state.worker_pid} (dead)" in shown and "orch server start restarts it" in shown
+        cli("server", "start")
+        restarted = cli.plane().state()
+        assert restarted is not None and restarted.worker_pid != state.worker_pid
+        assert f"{restarted.worker_pid} (running)" in cli("server", "status").stdout
+    finally:
+        cli("server", "stop")
 
 
 def test_a_stale_state_file_is_replaced(tmp_path: Path) -> None:

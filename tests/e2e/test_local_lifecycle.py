@@ -57,3 +57,28 @@ def test_autodown_after_the_job_ends(orch: Orch) -> None:
     wait_for(lambda: cluster_status(orch, "brief") is None, timeout=120,
              what="autodown of brief")
     assert orch.node_homes("brief") == []
+
+
+def test_a_relaunch_keeps_the_clusters_shape_and_a_misfit_is_exit_2(orch: Orch) -> None:
+    """`orch launch -c NAME CMD` (one node) on a 2-node cluster left INIT (a worker lost)
+    brings both nodes back, as SkyPilot reuses the cluster's resources; asking for more
+    nodes than the cluster has is the user's mistake: exit 2, nothing touched."""
+    orch("launch", "-c", "shape", "--num-nodes", "2", "echo up")
+    _, worker = orch.node_homes("shape")
+    kill_marked(worker)
+    shutil.rmtree(worker)
+    refreshed = orch("status", "--refresh").stdout
+    assert "shape is INIT" in refreshed
+    assert "orch launch -c shape TASK retries" in refreshed and "orch down shape" in refreshed
+
+    relaunched = orch("launch", "-c", "shape", "echo again on $ORCH_NUM_NODES")
+    assert "again on 1" in relaunched.stdout
+    assert len(orch.node_homes("shape")) == 2
+    summary = cluster_status(orch, "shape")
+    assert summary is not None and summary["status"] == "UP" and summary["num_nodes"] == 2
+
+    refused = orch("launch", "-c", "shape", "--num-nodes", "3", "echo no", check=False)
+    assert refused.returncode == 2, refused.stderr
+    assert "Task requested 3 nodes, but the existing cluster shape has 2" in refused.stderr
+    assert "orch down shape" in refused.stderr
+    orch("down", "-y", "shape")

@@ -98,3 +98,14 @@ def test_ssh_user_of_the_config_wins_over_tags_and_names() -> None:
     assert ssh_user(image, configured={"ami-other": "x"}) == "tagged"
     assert ssh_user(None, "ami-0abc123", {"ami-0abc123": "known"}) == "known"
     assert ssh_user(None, "ami-0abc123", {}) == "ubuntu"
+
+
+def test_a_failed_launch_says_the_setup_tail_then_what_to_do_with_the_init_cluster() -> None:
+    from temporalio.exceptions import ApplicationError
+
+    from orch.client import update_failure
+
+    error = update_failure(ApplicationError(
+        "ray start failed", {"tail": "(rank=1) boom", "hint": "Cluster c is left INIT."},
+        type="SetupError"))
+    assert str(error) == "ray start failed\n(rank=1) boom\nCluster c is left INIT."

@@ -12,6 +12,7 @@ from orch.records import ClusterRecord, Placement
 from orch.spec import Resources, Task
 from orch.status import ClusterStatus
 from orch.summaries import (
+    attempt_line,
     attempt_phrase,
     cluster_details,
     job_details,
@@ -105,6 +106,24 @@ def test_a_failed_attempt_in_one_phrase() -> None:
                              "InsufficientInstanceCapacity", "no capacity", BlockScope.ZONE)
     assert attempt_phrase(attempt) == (
         "CapacityError InsufficientInstanceCapacity in aws us-east-1a (p4d.24xlarge)")
+
+
+def test_a_failed_attempt_on_one_line_with_its_message_cut_at_a_word() -> None:
+    candidate = Candidate(cloud="aws", region="us-east-1", zones=["us-east-1a"],
+                          instance_type="p4d.24xlarge", use_spot=True)
+    message = ("We currently do not have sufficient p4d.24xlarge capacity in the Availability "
+               "Zone you requested (us-east-1a). Our system will be working on provisioning\n"
+               "additional capacity.")
+    attempt = record_failure(candidate, "us-east-1a", "CapacityError",
+                             "InsufficientInstanceCapacity", message, BlockScope.ZONE)
+    line = attempt_line(attempt)
+    assert "\n" not in line
+    assert line.startswith("aws us-east-1/us-east-1a p4d.24xlarge spot: CapacityError "
+                           "InsufficientInstanceCapacity: We currently do not have")
+    assert line.endswith("Zone you requested…; blocked aws zone us-east-1a (p4d.24xlarge spot)")
+    retried = record_failure(candidate, None, "TransientError", "", "", BlockScope.NONE)
+    assert attempt_line(retried) == ("aws us-east-1 p4d.24xlarge spot: TransientError; "
+                                     "blocked nothing (retry)")
 
 
 def test_job_details_name_the_task_its_cluster_and_the_last_step() -> None:

@@ -36,7 +36,7 @@ from activities.runtime import (
 from orch.clouds.base import ClusterInfo, InstanceStatus, NodeInfo, ProvisionRecord
 from orch.failover_rules import Candidate
 from orch.records import ClusterInput
-from orch.runtime.jobs import JobRecord
+from orch.runtime.jobs import JobRecord, JobSpec
 from orch.semaphore import LAUNCH_SEMAPHORE_ID, SemaphoreSettings
 from orch.status import JobStatus
 from workers.registry import WORKFLOWS, client_activities
@@ -104,6 +104,8 @@ class FakeCloud:
         self.calls: list[str] = []
         self.failures: dict[str, list[ApplicationError]] = defaultdict(list)
         self.submitted: list[int] = []
+        self.specs: list[JobSpec] = []  # what each submit_job was given
+        self.nodes_asked: list[int] = []  # num_nodes of each run_instances
         self.gates: dict[str, asyncio.Event] = {}
         self.no_capacity: set[str] = set()  # zones
         self.capacity_returns_after: int | None = None  # after so many run_instances calls
@@ -172,9 +174,16 @@ class FakeCloud:
         async def run_instances(request: ProvisionRequest) -> ProvisionRecord:
             await self._enter("run_instances")
             config = request.config
+            self.nodes_asked.append(config.num_nodes)
             nodes = self.instances[config.cluster_name]
             if config.zone in self.zone_errors:
                 raise self.zone_errors[config.zone]
+            if len(nodes) > config.num_nodes:  # what orch.clouds.aws raises
+                raise ApplicationError(
+                    f"cluster {config.cluster_name} has {len(nodes)} instances, more than the "
+                    f"{config.num_nodes} asked for; tear it down first",
+                    {"code": "", "scope": "cloud"}, type="InvalidConfigError",
+                    non_retryable=True)
             if (self.capacity_returns_after is not None
                     and self.calls.count("run_instances") > self.capacity_returns_after):
                 self.no_capacity = set()
@@ -248,6 +257,7 @@ class FakeCloud:
         async def submit_job(request: SubmitRequest) -> JobRecord:
             await self._enter("submit_job")
             self.submitted.append(request.spec.id)
+            self.specs.append(request.spec)
             return JobRecord(id=request.spec.id, status=JobStatus.PENDING,
                              submitted_at=datetime(2026, 1, 1, tzinfo=UTC))
 

@@ -124,7 +124,8 @@ async def test_a_task_that_does_not_fit_is_refused_before_anything_runs(harness:
     with pytest.raises(WorkflowUpdateFailedError) as failure:
         await harness.launch(handle, HELLO.model_copy(update={"num_nodes": 3}))
 
-    assert "needs 3 nodes" in str(failure.value.cause)
+    assert "Task requested 3 nodes, but the existing cluster hello has 2" in str(
+        failure.value.cause)
     assert harness.cloud.calls == []
 
 
@@ -162,6 +163,55 @@ async def test_a_failed_provision_leaves_init_and_a_relaunch_does_not_duplicate(
 
     assert result.record.status == ClusterStatus.UP
     assert len(harness.cloud.instances[result.record.name]) == 2
+
+
+async def _left_init_by_a_failed_ray_start(harness: Harness) -> WorkflowHandle:
+    """A 2-node cluster whose nodes exist but whose runtime never came up (INIT)."""
+    harness.cloud.fail("start_ray", ApplicationError("ray start failed", type="SetupError",
+                                                    non_retryable=True))
+    handle = await harness.cluster()
+    with pytest.raises(WorkflowUpdateFailedError) as failure:
+        await harness.launch(handle)
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError)
+    hint = cause.details[0]["hint"]
+    assert "is left INIT" in hint and "orch down hello" in hint
+    assert "orch launch -c hello TASK (it keeps the cluster's nodes)" in hint
+    assert (await harness.record(handle)).status == ClusterStatus.INIT
+    return handle
+
+
+async def test_a_relaunch_of_an_init_cluster_keeps_its_shape(harness: Harness) -> None:
+    """`orch launch -c hello CMD` (one node, nothing sized) on a half-made 2-node cluster
+    provisions the cluster's 2 nodes again, not 1 (which the cloud refuses, and which
+    used to block the whole cloud); the job runs on the one node it asks for."""
+    handle = await _left_init_by_a_failed_ray_start(harness)
+
+    result = await harness.launch(handle, Task(run="echo again"))
+
+    assert harness.cloud.nodes_asked == [2, 2]
+    assert result.record.status == ClusterStatus.UP and result.provisioned
+    assert result.record.info is not None and len(result.record.info.nodes) == 2
+    assert result.record.launched is not None and result.record.launched.num_nodes == 2
+    assert len(harness.cloud.instances[result.record.name]) == 2
+    assert harness.cloud.specs[-1].num_nodes == 1
+
+
+async def test_a_relaunch_asking_more_than_the_init_cluster_has_is_refused(
+    harness: Harness,
+) -> None:
+    handle = await _left_init_by_a_failed_ray_start(harness)
+    harness.cloud.calls.clear()
+
+    with pytest.raises(WorkflowUpdateFailedError) as failure:
+        await harness.launch(handle, HELLO.model_copy(update={"num_nodes": 3}))
+
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "TaskDoesNotFit"
+    assert cause.message.startswith("Task requested 3 nodes, but the existing cluster hello")
+    assert "orch down hello" in cause.message
+    assert harness.cloud.calls == []  # nothing provisioned, nothing blocked
+    assert (await harness.record(handle)).status == ClusterStatus.INIT
 
 
 async def test_exec_submits_a_new_job_and_is_refused_unless_up(harness: Harness) -> None:
