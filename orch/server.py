@@ -57,7 +57,11 @@ def _port_open(port: int) -> bool:
 
 
 def _free(port: int) -> bool:
+    """Whether the server could listen on ``port`` now. With SO_REUSEADDR, as the server
+    (Go) binds: connections of a killed server linger in TIME_WAIT on its port for a
+    minute, and without it the restarted server would move to another port."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
