@@ -12,11 +12,12 @@ command runner, never through workflow histories.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import secrets
 import shlex
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,14 +32,16 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
+    WorkflowUpdateHandle,
     WorkflowUpdateStage,
 )
 from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy
-from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCStatusCode
 
 from orch.client.attribution import requester, start_attributes
 from orch.client.codec import CodecKeyError, orch_data_converter
+from orch.client.following import OrchError, update_failure, update_result
 from orch.clouds.base import NodeInfo
 from orch.config import TASK_QUEUE, TemporalSettings, orch_home
 from orch.fit import TASK_DOES_NOT_FIT
@@ -46,8 +49,6 @@ from orch.lifecycle import Autostop
 from orch.names import InvalidNameError, check_name, control_plane_hash, name_on_cloud, name_problem
 from orch.optimizer import OptimizerError, plan
 from orch.records import (
-    CANCELLED,
-    CANCELLED_MESSAGE,
     CLUSTER_WORKFLOW,
     MANAGED_JOB_WORKFLOW,
     SA_AUTOSTOP,
@@ -85,16 +86,6 @@ USER_ERRORS = frozenset({INVALID_RESOURCES, TASK_DOES_NOT_FIT})  # kinds the CLI
 SERVER_ERRORS = (RPCError,)  # what the Temporal server may answer instead of a result
 
 
-class OrchError(Exception):
-    """An operation orch refused or that failed; ``kind`` is the error's type name and
-    ``details`` what the workflow attached (e.g. every failover attempt)."""
-
-    def __init__(self, message: str, kind: str = "", details: dict[str, Any] | None = None):
-        super().__init__(message)
-        self.kind = kind
-        self.details = details or {}
-
-
 class ClusterSummary(BaseModel):
     name: str
     status: ClusterStatus
@@ -130,8 +121,17 @@ def tls_option(settings: TemporalSettings) -> TLSConfig | bool | None:
     return settings.tls
 
 
-async def connect_temporal(settings: TemporalSettings,
-                           timeout_s: float = CONNECT_TIMEOUT_S) -> TemporalClient:
+@functools.cache
+def quiet_runtime() -> Runtime:
+    """The SDK runtime of orch's clients: the SDK core logs errors only, not a WARN line
+    per retried call while a control plane restarts (``update_result`` says so once, in
+    words); workers keep the default, whose warnings belong in their log."""
+    return Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(
+        filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))))
+
+
+async def connect_temporal(settings: TemporalSettings, timeout_s: float = CONNECT_TIMEOUT_S,
+                           runtime: Runtime | None = None) -> TemporalClient:
     """Connect with retries (a dev server that just opened its port may not serve yet),
     with orch's data converter (``orch.client.codec``: secrets are encrypted)."""
     assert settings.address
@@ -146,42 +146,12 @@ async def connect_temporal(settings: TemporalSettings,
         try:
             return await TemporalClient.connect(
                 settings.address, namespace=settings.namespace, tls=tls, api_key=api_key,
-                data_converter=converter,
+                data_converter=converter, runtime=runtime,
             )
         except RuntimeError:
             if asyncio.get_running_loop().time() > deadline:
                 raise
             await asyncio.sleep(0.5)
-
-
-def update_failure(err: BaseException) -> OrchError:
-    """The user-facing message of a failed update: the innermost ApplicationError."""
-    cause: BaseException | None = err
-    found: ApplicationError | None = None
-    while cause is not None:
-        if isinstance(cause, ApplicationError):
-            found = found or cause
-        cause = cause.__cause__
-    if found is not None:
-        details = found.details[0] if found.details else None
-        details = details if isinstance(details, dict) else {}
-        message = found.message
-        for extra in ("tail", "hint"):  # the failed setup's last lines, what to do now
-            if details.get(extra):
-                message += "\n" + details[extra]
-        return OrchError(message, found.type or "", details)
-    if _was_cancelled(err):  # cut short before any child said so
-        return OrchError(CANCELLED_MESSAGE, CANCELLED)
-    return OrchError(str(err))
-
-
-def _was_cancelled(err: BaseException) -> bool:
-    cause: BaseException | None = err
-    while cause is not None:
-        if isinstance(cause, CancelledError):
-            return True
-        cause = cause.__cause__
-    return False
 
 
 class Client:
@@ -212,7 +182,7 @@ class Client:
             state = await asyncio.to_thread(ControlPlane().ensure)
             settings = settings.model_copy(update={"address": state.address})
             ui_url, server = state.ui_url, "embedded"  # its port may change across restarts
-        client = cls(await connect_temporal(settings), server=server)
+        client = cls(await connect_temporal(settings, runtime=quiet_runtime()), server=server)
         client.ui_url = ui_url
         return client
 
@@ -288,8 +258,7 @@ class Client:
             )
         except WorkflowUpdateFailedError as err:
             raise update_failure(err) from None
-        result: LaunchResult = await self._await_with_progress(
-            cluster, update.result(), on_step, seen)
+        result: LaunchResult = await self._await_with_progress(cluster, update, on_step, seen)
         return result
 
     @staticmethod
@@ -315,11 +284,12 @@ class Client:
             raise OrchError(str(err), INVALID_RESOURCES) from None
 
     async def _await_with_progress(
-        self, cluster: str, result_coro: Awaitable[Any],
+        self, cluster: str, update: WorkflowUpdateHandle[Any],
         on_step: Callable[[str], None] | None, seen: int,
     ) -> Any:
-        """Await an update's result, telling ``on_step`` of each new event of the cluster."""
-        result = asyncio.ensure_future(result_coro)
+        """Await an update's result, telling ``on_step`` of each new event of the cluster
+        and riding out a control plane that restarts meanwhile."""
+        result = asyncio.ensure_future(update_result(update, on_step))
 
         async def report() -> None:
             nonlocal seen
@@ -357,8 +327,7 @@ class Client:
             )
         except WorkflowUpdateFailedError as err:
             raise update_failure(err) from None
-        return await self._await_with_progress(cluster, update.result(), on_step,
-                                               record.event_count)
+        return await self._await_with_progress(cluster, update, on_step, record.event_count)
 
     async def stop(self, cluster: str, on_step: Callable[[str], None] | None = None
                    ) -> TeardownResult:

@@ -95,12 +95,15 @@ async def test_a_launch_tells_its_story_in_words(
     failover_described = await failover.describe()
     assert await failover_described.static_summary() == "failover train: find 2× cpus=2+ on local"
 
-    down = asyncio.ensure_future(cluster.execute_update(
-        ClusterWorkflow.down, DownRequest()))
-    assert "**Waiting for the lock:** down" in await eventually(cluster, "Waiting for the lock")
+    # A second launch waits its turn (orch down would cut the first short instead).
+    again = asyncio.ensure_future(cluster.execute_update(
+        ClusterWorkflow.launch, LaunchRequest(task=TASK, requested_by="alice@laptop")))
+    assert "**Waiting for the lock:** launch" in await eventually(cluster,
+                                                                  "Waiting for the lock")
     gate.set()
     await launch
-    await down
+    await again
+    await cluster.execute_update(ClusterWorkflow.down, DownRequest())
     assert "**Status:** TERMINATED" in await current_details(cluster)
 
     steps = await activity_summaries(dev_server, failover_id)
@@ -112,7 +115,7 @@ async def test_a_launch_tells_its_story_in_words(
     assert runtime["start_ray"] == "ray start on 2 nodes (head 10.0.0.1)"
     assert runtime["setup_runtime"].startswith("install the runtime")
     on_cluster = await activity_summaries(dev_server, cluster.id)
-    assert on_cluster["submit_job"] == "submit job 1 (train) to the head 10.0.0.1"
+    assert on_cluster["submit_job"] == "submit job 2 (train) to the head 10.0.0.1"
     async for execution in dev_server.client.list_workflows(
             f"WorkflowId STARTS_WITH '{cluster.id}/down'"):
         teardown = await dev_server.client.get_workflow_handle(execution.id).describe()
