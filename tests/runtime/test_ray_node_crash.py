@@ -61,9 +61,9 @@ def test_a_start_cut_short_after_the_gcs_came_up_leaves_one_head_after_the_retry
 ) -> None:
     assert node.home
     runner = LocalRunner(node)
-    first = subprocess.Popen(["bash", "-c", "exec " + ray_node(node, f"start --ip "
-                                                                     f"{node.internal_ip} --cpus 1")],
-                             env=runner.environment(), cwd=node.home, start_new_session=True,
+    start = ray_node(node, f"start --ip {node.internal_ip} --cpus 1")
+    first = subprocess.Popen(["bash", "-c", f"exec {start}"], env=runner.environment(),
+                             cwd=node.home, start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: daemons(node, "gcs_server") or first.poll() is not None,
@@ -77,8 +77,7 @@ def test_a_start_cut_short_after_the_gcs_came_up_leaves_one_head_after_the_retry
         assert intent["started"] is False and intent["head"] is True
         assert daemons(node, "gcs_server")  # what the cut-short start left
 
-        answer = runner.check(ray_node(node, f"start --ip {node.internal_ip} --cpus 1"),
-                              timeout=300)
+        answer = runner.check(start, timeout=300)
         gcs_address = json.loads(answer.tail.splitlines()[-1])["gcs_address"]
 
         gcs_servers = daemons(node, "gcs_server")
@@ -89,8 +88,7 @@ def test_a_start_cut_short_after_the_gcs_came_up_leaves_one_head_after_the_retry
         assert json.loads((Path(node.home) / ".orch-node/ray.json").read_text())["started"]
 
         # A completed start of a head that is alive is reused, not started again.
-        again = runner.check(ray_node(node, f"start --ip {node.internal_ip} --cpus 1"),
-                             timeout=300)
+        again = runner.check(start, timeout=300)
         assert json.loads(again.tail.splitlines()[-1])["gcs_address"] == gcs_address
         assert (daemons(node, "gcs_server"), daemons(node, "raylet")) == (gcs_servers, raylets)
     finally:
