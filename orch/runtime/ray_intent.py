@@ -54,7 +54,10 @@ class RayIntent(BaseModel):
 
     @property
     def port(self) -> str | None:
-        return self.gcs_address.rsplit(":", 1)[1] if self.head and self.gcs_address else None
+        """The GCS port a head serves (a file from before intents may be a head's)."""
+        if self.head is False or not self.gcs_address:
+            return None
+        return self.gcs_address.rsplit(":", 1)[1]
 
 
 def read_intent() -> RayIntent | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from orch.clouds.base import NodeInfo
+from orch.runtime import ray_intent
 from orch.runtime.local_processes import marked_pids
 from orch.runtime.procfs import command_line
 from orch.runtime.runner import LocalRunner
@@ -95,3 +96,24 @@ def test_a_start_cut_short_after_the_gcs_came_up_leaves_one_head_after_the_retry
         runner.run(ray_node(node, "stop"), timeout=120)
     assert marked_pids(node.home) == []
     assert not (Path(node.home) / ".orch-node/ray.json").exists()
+
+
+def test_a_state_file_from_before_intents_reads_as_a_completed_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ray_intent, "INTENT_FILE", tmp_path / "ray.json")
+    (tmp_path / "ray.json").write_text('{"gcs_address": "10.0.0.5:6380", "ip": "10.0.0.5"}')
+    intent = ray_intent.read_intent()
+    assert intent is not None
+    assert (intent.started, intent.head, intent.port) == (True, None, "6380")
+
+
+def test_the_intent_names_its_gcs_server_and_not_a_users_own_ray() -> None:
+    intent = ray_intent.RayIntent(gcs_address="10.0.0.5:6380", ip="10.0.0.5", head=True)
+    gcs = ["/site/ray/core/src/ray/gcs/gcs_server", "--gcs_server_port={}",
+           "--node-ip-address=10.0.0.5"]
+    assert ray_intent._names_intent([a.format(6380) for a in gcs], intent)
+    assert not ray_intent._names_intent([a.format(6379) for a in gcs], intent)
+    monitor = ["python", "monitor.py", "--gcs-address={}"]
+    assert ray_intent._names_intent([a.format("10.0.0.5:6380") for a in monitor], intent)
+    assert not ray_intent._names_intent([a.format("10.0.0.5:6379") for a in monitor], intent)
