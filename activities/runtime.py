@@ -3,6 +3,10 @@
 Work on several nodes runs in threads while the activity's own thread heartbeats, so a
 worker that dies mid-call is noticed within the heartbeat timeout and the call retried.
 Every step is idempotent: Ray is not started twice, a job id is not submitted twice.
+Retries converge after a crash at any point: the runtime venv is built beside the one in
+use and switched to only once complete (orch.runtime.install), and ``ray_node start``
+records what it starts before starting it and stops what a failed or cut-short earlier
+attempt left (orch.runtime.ray_node).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from orch.clouds.base import ClusterInfo, NodeInfo
 from orch.clouds.errors import SetupError
 from orch.runtime.install import ensure_runtime
 from orch.runtime.jobs import SECRETS_ENV, WORKDIR, JobRecord, JobSpec
+from orch.runtime.ray_node import RAY_START_TIMEOUT_S
 from orch.runtime.runner import CommandError, NodeUnreachableError, runner_for
 from orch.secret import REDACTED, Secret, clear_values
 
@@ -93,7 +98,12 @@ class StartRayRequest(BaseModel):
 @activity.defn
 @typed_errors
 def start_ray(request: StartRayRequest) -> str:
-    """Start Ray on the head, then on the workers; returns the head's GCS address."""
+    """Start Ray on the head, then on the workers; returns the head's GCS address.
+
+    A retry (after a failure, a timeout or a worker killed mid-call) starts over on every
+    node: a node whose completed start is alive for the same head reuses it, any other
+    first stops what the earlier attempt left, so no node ends with two heads or raylets.
+    """
     nodes = request.info.nodes
 
     def start(node: NodeInfo, head_address: str | None) -> str:
@@ -102,7 +112,9 @@ def start_ray(request: StartRayRequest) -> str:
         if head_address:
             args += f" --head-address {head_address}"
         with runner_for(node) as runner:
-            result = runner.check(_node_cli(node, "ray_node", args), timeout=300)
+            # ray_node gives up on ray start first, and cleans up after it.
+            result = runner.check(_node_cli(node, "ray_node", args),
+                                  timeout=RAY_START_TIMEOUT_S + 60)
         return str(json.loads(result.tail.splitlines()[-1])["gcs_address"])
 
     gcs_address = on_every_node(nodes[:1], lambda _, head: start(head, None))[0]

@@ -1,8 +1,23 @@
 """Start and stop Ray on the node this runs on (``python -m orch.runtime.ray_node``).
 
-Run on a node through a command runner. Idempotent: a node whose raylet for the same
-cluster is alive is left alone. On the local cloud each node gets ports of its own (so
-several clusters share one machine) and a Ray temp dir of its own (removed with it).
+Run on a node through a command runner. On the local cloud each node gets ports of its
+own (so several clusters share one machine) and a Ray temp dir of its own (removed with it).
+
+Crash-safe: ``start`` first writes what it is about to start, the intent
+(:mod:`orch.runtime.ray_intent`: head or worker, address, GCS address, temp dir, ports, its
+own pid, the time), then runs ``ray start``, then marks the intent started. Each attempt
+begins by reading the intent an earlier one left:
+
+* started, for the same role and address, and its raylet alive: reused as it is (a retry
+  after a start that succeeded but whose answer was lost, or a relaunch of an UP cluster);
+* anything else (not started: a start that failed, timed out or was cut short, whose GCS
+  may be up without its raylet; started but dead; another head's worker): its processes are
+  stopped, found from the intent rather than by ``ray stop``, and a fresh start follows.
+
+A start that was cut short is never reused even if its raylet came up: ``ray start`` may
+have died between the raylet and the daemons it starts after it. A failed or timed-out
+``ray start`` is cleaned up at once, so the node is left as it was; the next attempt's
+clean-up covers a ``ray_node`` killed outright. So a node never runs two heads.
 """
 
 from __future__ import annotations
@@ -15,13 +30,27 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from orch.runtime.local_processes import kill_marked
+from orch.runtime.procfs import command_line, process_table, start_time
+from orch.runtime.ray_intent import (
+    RayIntent,
+    forget_intent,
+    read_intent,
+    record_intent,
+    stop_intent,
+)
 from orch.runtime.runner import LOCAL_NODE_MARKER
 
 DEFAULT_GCS_PORT = 6380  # not Ray's 6379, so a user's own Ray on the node is not disturbed
-STATE_FILE = Path("~/.orch-node/ray.json").expanduser()
+# Below the 300 s the start_ray activity gives the command, so a slow start is cleaned up
+# here rather than killed from outside.
+RAY_START_TIMEOUT_S = 240.0
+# Ports ray start takes on a local node, where several nodes share one machine.
+_LOCAL_PORT_FLAGS = ("ray-client-server-port", "dashboard-agent-listen-port",
+                     "metrics-export-port", "runtime-env-agent-port")
 
 
 def local_ray_temp_dir(home: str) -> str:
@@ -38,18 +67,10 @@ def _free_port() -> int:
 def _raylet_gcs_addresses(ip: str) -> set[str]:
     """GCS addresses of the raylets alive on this machine for node address ``ip``."""
     found: set[str] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if not args or not args[0].endswith(b"/raylet"):
-            continue
-        text = [a.decode(errors="replace") for a in args]
-        if f"--node_ip_address={ip}" in text:
-            found.update(a.split("=", 1)[1] for a in text if a.startswith("--gcs-address="))
+    for pid in process_table():
+        args = command_line(pid)
+        if args and args[0].endswith("/raylet") and f"--node_ip_address={ip}" in args:
+            found.update(a.split("=", 1)[1] for a in args if a.startswith("--gcs-address="))
     return found
 
 
@@ -57,50 +78,87 @@ def _ray_binary() -> str:
     return str(Path(sys.executable).parent / "ray")
 
 
-def start(ip: str, cpus: int, head_address: str | None, gpus: int) -> str:
-    """Start the head (``head_address`` None) or a worker; return the GCS address."""
-    local = os.environ.get(LOCAL_NODE_MARKER)
-    if STATE_FILE.exists():
-        state = json.loads(STATE_FILE.read_text())
-        wanted = head_address or state.get("gcs_address")
-        if wanted and wanted in _raylet_gcs_addresses(ip):
-            return str(wanted)
-    args = [_ray_binary(), "start", f"--node-ip-address={ip}", f"--num-cpus={cpus}",
-            f"--num-gpus={gpus}", "--disable-usage-stats"]
+def _reusable(intent: RayIntent, ip: str, head_address: str | None) -> bool:
+    """Whether ``intent`` is a completed start of what is asked, still running."""
+    if not intent.started or intent.ip != ip or intent.gcs_address is None:
+        return False
     if head_address is None:
-        port = _free_port() if local else DEFAULT_GCS_PORT
-        gcs_address = f"{ip}:{port}"
-        args += ["--head", f"--port={port}", "--include-dashboard=false"]
+        same = intent.head is not False
+    else:
+        same = intent.head is not True and intent.gcs_address == head_address
+    return same and healthy(ip, intent.gcs_address)
+
+
+def _new_intent(ip: str, head_address: str | None, local: str | None) -> RayIntent:
+    ports: dict[str, int] = {}
+    if head_address is None:
+        ports["port"] = _free_port() if local else DEFAULT_GCS_PORT
+        gcs_address = f"{ip}:{ports['port']}"
     else:
         gcs_address = head_address
-        args += [f"--address={head_address}"]
     if local:
-        args += [
-            f"--temp-dir={local_ray_temp_dir(local)}",
-            f"--ray-client-server-port={_free_port()}",
-            f"--dashboard-agent-listen-port={_free_port()}",
-            f"--metrics-export-port={_free_port()}",
-            f"--runtime-env-agent-port={_free_port()}",
-        ]
+        ports.update({flag: _free_port() for flag in _LOCAL_PORT_FLAGS})
+    return RayIntent(gcs_address=gcs_address, ip=ip, head=head_address is None,
+                     temp_dir=local_ray_temp_dir(local) if local else None, ports=ports,
+                     pid=os.getpid(), pid_start_time=start_time(os.getpid()),
+                     recorded_at=time.time(), local_node=local, started=False)
+
+
+def _ray_start(intent: RayIntent, cpus: int, gpus: int) -> subprocess.CompletedProcess[str]:
+    args = [_ray_binary(), "start", f"--node-ip-address={intent.ip}", f"--num-cpus={cpus}",
+            f"--num-gpus={gpus}", "--disable-usage-stats"]
+    if intent.head:
+        args += ["--head", "--include-dashboard=false"]
+    else:
+        args += [f"--address={intent.gcs_address}"]
+    if intent.temp_dir:
+        args += [f"--temp-dir={intent.temp_dir}"]
+    args += [f"--{flag}={port}" for flag, port in intent.ports.items()]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    result = subprocess.run(args, env=env, capture_output=True, text=True)
+    try:
+        return subprocess.run(args, env=env, capture_output=True, text=True,
+                              timeout=RAY_START_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(
+            args, -1, "", f"ray start did not end in {RAY_START_TIMEOUT_S:.0f} s\n")
+
+
+def start(ip: str, cpus: int, head_address: str | None, gpus: int) -> str:
+    """Start the head (``head_address`` None) or a worker; return the GCS address. See the
+    module docstring for what an attempt does with what an earlier one left."""
+    local = os.environ.get(LOCAL_NODE_MARKER)
+    previous = read_intent()
+    if previous is not None and _reusable(previous, ip, head_address):
+        return str(previous.gcs_address)
+    if previous is None and local:  # no file, yet the node's temp dir may have processes
+        previous = RayIntent(ip=ip, temp_dir=local_ray_temp_dir(local), local_node=local)
+    if previous is not None:
+        stop_intent(previous)
+    intent = _new_intent(ip, head_address, local)
+    record_intent(intent)
+    result = _ray_start(intent, cpus, gpus)
     if result.returncode != 0:
+        stop_intent(intent)  # what it left (a GCS without its raylet...): the node as it was
+        forget_intent()
         sys.stderr.write(result.stdout + result.stderr)
         raise SystemExit(f"ray start failed with exit code {result.returncode}")
-    STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
-    STATE_FILE.write_text(json.dumps({"gcs_address": gcs_address, "ip": ip}))
-    return gcs_address
+    record_intent(intent.model_copy(update={"started": True}))
+    return str(intent.gcs_address)
 
 
 def stop() -> None:
-    """Stop Ray on this node. A local node kills only its own processes."""
+    """Stop Ray on this node: what the intent names (which ``ray stop`` may not see), then
+    on a local node every process of the node, elsewhere ``ray stop``."""
     local = os.environ.get(LOCAL_NODE_MARKER)
+    intent = read_intent()
+    if intent is not None:
+        stop_intent(intent)
     if local:
         kill_marked(local)
         shutil.rmtree(local_ray_temp_dir(local), ignore_errors=True)
     else:
         subprocess.run([_ray_binary(), "stop", "--force"], capture_output=True)
-    STATE_FILE.unlink(missing_ok=True)
+    forget_intent()
 
 
 def healthy(ip: str, gcs_address: str) -> bool:

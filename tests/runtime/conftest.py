@@ -82,3 +82,9 @@ def home_scratch() -> Iterator[Path]:
     path = Path(pwd.getpwuid(os.getuid()).pw_dir) / f".orch-ssh-test-{uuid.uuid4().hex[:8]}"
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def wheel_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ORCH_HOME for the session, so the wheel of orch is built once."""
+    return tmp_path_factory.mktemp("orch-home")

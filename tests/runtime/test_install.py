@@ -23,23 +23,24 @@ from packaging.requirements import Requirement
 
 from orch.clouds.base import NodeInfo
 from orch.clouds.errors import SetupError
-from orch.runtime import install
+from orch.runtime import wheel as wheel_module
 from orch.runtime.install import (
     NodeState,
     RuntimeRecord,
     Step,
-    content_digest,
     ensure_runtime,
-    orch_wheel,
     plan,
     ray_requirement,
+    trusted,
 )
 from orch.runtime.runner import CommandResult, LocalRunner
+from orch.runtime.wheel import content_digest, orch_wheel
 from tests.fakes.twin_hosts import Image
 
 PINNED_RAY = importlib.metadata.version("ray")
 WANTED = RuntimeRecord(ray=PINNED_RAY, orch="0.1.0+abc")
 VENV = ".orch/runtime/venv"
+BUILDS = ".orch/runtime/venvs"
 
 
 class RecordingRunner(LocalRunner):
@@ -57,12 +58,6 @@ class RecordingRunner(LocalRunner):
     def upload(self, local: str, remote: str) -> None:
         self.uploads.append(remote)
         super().upload(local, remote)
-
-
-@pytest.fixture(scope="session")
-def wheel_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One ORCH_HOME for the session, so the wheel is built once."""
-    return tmp_path_factory.mktemp("orch-home")
 
 
 @pytest.fixture
@@ -88,7 +83,8 @@ def ssh_node(home: Path) -> NodeInfo:
 
 
 def venv_python(home: Path) -> str:
-    return str(home / VENV / "bin" / "python")
+    """The interpreter of the build the venv link points at, by its own path."""
+    return str((home / VENV).resolve() / "bin" / "python")
 
 
 def run_in_node(home: Path, python: str, code: str) -> str:
@@ -99,37 +95,39 @@ def run_in_node(home: Path, python: str, code: str) -> str:
 # --- what to do -------------------------------------------------------------------------------
 
 
-def test_without_a_venv_only_the_venv_is_planned() -> None:
-    assert plan(NodeState(), WANTED) == [Step.VENV]
+def test_without_a_venv_that_runs_nothing_is_trusted() -> None:
+    assert not trusted(NodeState(), WANTED)
 
 
 def test_a_fresh_venv_over_an_image_with_ray_needs_the_ray_command_and_orch() -> None:
     state = NodeState(python="/h/venv/bin/python", ray=PINNED_RAY)
-    assert plan(state, WANTED) == [Step.RAY_CLI, Step.ORCH, Step.RECORD]
+    assert plan(state, WANTED) == [Step.RAY_CLI, Step.ORCH]
 
 
 def test_a_bare_image_needs_everything_in_order() -> None:
     state = NodeState(python="/h/venv/bin/python", missing=["pydantic"])
-    assert plan(state, WANTED) == [Step.RAY, Step.DEPENDENCIES, Step.RAY_CLI, Step.ORCH,
-                                   Step.RECORD]
+    assert plan(state, WANTED) == [Step.RAY, Step.DEPENDENCIES, Step.RAY_CLI, Step.ORCH]
 
 
-def test_a_node_with_everything_needs_nothing() -> None:
+def test_a_complete_venv_with_its_record_is_trusted() -> None:
     state = NodeState(python="/h/venv/bin/python", ray=PINNED_RAY, ray_cli=True, orch=True,
                       record=WANTED)
-    assert plan(state, WANTED) == []
+    assert plan(state, WANTED) == [] and trusted(state, WANTED)
 
 
-def test_a_new_orch_build_is_installed_and_recorded() -> None:
-    state = NodeState(python="/h/venv/bin/python", ray=PINNED_RAY, ray_cli=True, orch=True,
-                      record=RuntimeRecord(ray=PINNED_RAY, orch="0.1.0+old"))
-    assert plan(state, WANTED) == [Step.ORCH, Step.RECORD]
+def test_a_venv_without_its_record_is_not_trusted_however_complete_it_looks() -> None:
+    state = NodeState(python="/h/venv/bin/python", ray=PINNED_RAY, ray_cli=True, orch=True)
+    assert plan(state, WANTED) == [] and not trusted(state, WANTED)
 
 
-def test_another_ray_version_is_replaced_without_reinstalling_orch() -> None:
-    state = NodeState(python="/h/venv/bin/python", ray="2.0.0", ray_cli=True, orch=True,
-                      record=WANTED)
-    assert plan(state, WANTED) == [Step.RAY, Step.RAY_CLI, Step.RECORD]
+def test_another_orch_build_or_ray_version_is_not_trusted() -> None:
+    complete = NodeState(python="/h/venv/bin/python", ray=PINNED_RAY, ray_cli=True, orch=True)
+    older_orch = complete.model_copy(update={
+        "record": RuntimeRecord(ray=PINNED_RAY, orch="0.1.0+old")})
+    assert not trusted(older_orch, WANTED)
+    other_ray = complete.model_copy(update={"ray": "2.0.0", "record": WANTED})
+    assert not trusted(other_ray, WANTED)
+    assert plan(other_ray, WANTED) == [Step.RAY, Step.RAY_CLI]
 
 
 def test_ray_is_pinned_with_the_extras_orch_asks_for() -> None:
@@ -157,12 +155,12 @@ def test_the_wheel_holds_the_sources_and_is_built_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A snapshot of the sources: the working tree may be edited while the test runs.
-    tree = install.source_tree()
+    tree = wheel_module.source_tree()
     snapshot = tmp_path / "src"
-    for path in install.wheel_sources(tree):
+    for path in wheel_module.wheel_sources(tree):
         (snapshot / path.relative_to(tree)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, snapshot / path.relative_to(tree))
-    monkeypatch.setattr(install, "source_tree", lambda: snapshot)
+    monkeypatch.setattr(wheel_module, "source_tree", lambda: snapshot)
     monkeypatch.setenv("ORCH_HOME", str(tmp_path / "orch-home"))
 
     wheel = orch_wheel()
@@ -173,7 +171,7 @@ def test_the_wheel_holds_the_sources_and_is_built_once(
         assert archive.read("orch/runtime/jobs.py") == (
             snapshot / "orch" / "runtime" / "jobs.py").read_bytes()
     built_at = wheel.path.stat().st_mtime_ns
-    install._wheel_in.cache_clear()  # as a new worker process would
+    wheel_module._wheel_in.cache_clear()  # as a new worker process would
     again = orch_wheel()
     assert (again.path, again.path.stat().st_mtime_ns) == (wheel.path, built_at)
 
@@ -204,29 +202,51 @@ def test_an_image_with_ray_gets_orch_once_and_then_only_a_probe(sandbox: Path) -
     python = ensure_runtime(runner, node)
 
     assert python == venv_python(sandbox)
+    build = (sandbox / VENV).resolve()
+    assert build.parent == sandbox / BUILDS  # the link points at the build
     found = json.loads(run_in_node(sandbox, python, (
         "import json, orch.runtime.jobs, ray; "
         "print(json.dumps([orch.runtime.jobs.__file__, ray.__file__, ray.__version__]))")))
-    assert found[0].startswith(str(sandbox / VENV))  # orch from the wheel, in the venv
+    assert found[0].startswith(str(build))  # orch from the wheel, in the venv
     assert found[1].startswith(str(sandbox / ".local"))  # the image's Ray
     assert found[2] == PINNED_RAY
     ray_cli = LocalRunner(node).check(f"{sandbox / VENV / 'bin' / 'ray'} --version")
     assert PINNED_RAY in ray_cli.tail
-    record = json.loads((sandbox / ".orch/runtime/installed.json").read_text())
+    record = json.loads((build / "installed.json").read_text())
     assert record == {"ray": PINNED_RAY, "orch": orch_wheel().build}
-    assert runner.uploads and not (sandbox / ".orch/runtime/wheels").exists()
+    assert runner.uploads and not (build / "wheels").exists()
 
     again = RecordingRunner(node)
     assert ensure_runtime(again, node) == python
     assert (len(again.commands), again.uploads) == (1, [])
 
-    # Another build of orch recorded (as after an upgrade of the worker): reinstalled.
-    (sandbox / ".orch/runtime/installed.json").write_text(
-        json.dumps({"ray": PINNED_RAY, "orch": "0.0.1+0000"}))
+    # Another build of orch recorded (as after an upgrade of the worker): a new venv is
+    # built beside, and the one it replaces is kept as the previous one.
+    (build / "installed.json").write_text(json.dumps({"ray": PINNED_RAY, "orch": "0.0.1+0000"}))
     upgrade = RecordingRunner(node)
-    assert ensure_runtime(upgrade, node) == python
+    upgraded = ensure_runtime(upgrade, node)
+    assert upgraded == venv_python(sandbox) != python
     assert len(upgrade.uploads) == 1
-    assert json.loads((sandbox / ".orch/runtime/installed.json").read_text()) == record
+    assert json.loads((sandbox / VENV / "installed.json").read_text()) == record
+    assert (sandbox / ".orch/runtime/venv.previous").resolve() == build
+    assert sorted((sandbox / BUILDS).iterdir()) == sorted([build, (sandbox / VENV).resolve()])
+
+
+def test_a_half_made_venv_at_the_final_path_is_not_trusted(sandbox: Path) -> None:
+    """The venv a worker killed mid ``python -m venv`` left under an orch before builds:
+    an interpreter that runs, no pip, no record. It is replaced, not repaired."""
+    Image.of_this_venv().install(sandbox)
+    half_made = sandbox / VENV
+    subprocess.run([str(Image.of_this_venv().python), "-m", "venv", "--without-pip",
+                    "--system-site-packages", str(half_made)], check=True)
+    node = ssh_node(sandbox)
+
+    python = ensure_runtime(LocalRunner(node), node)
+
+    assert (sandbox / VENV).is_symlink() and python == venv_python(sandbox)
+    assert not python.startswith(str(half_made) + "/")
+    assert run_in_node(sandbox, python, "import pip, orch.runtime.jobs; print(1)") == "1"
+    assert json.loads((sandbox / VENV / "installed.json").read_text())["ray"] == PINNED_RAY
 
 
 def _fake_wheel(directory: Path, name: str, version: str, files: dict[str, str],
