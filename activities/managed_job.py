@@ -34,7 +34,6 @@ import contextlib
 import shlex
 import time
 from concurrent.futures import ThreadPoolExecutor
-from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -42,46 +41,19 @@ from temporalio import activity
 
 from activities.runtime import UNREACHABLE_AFTER_S
 from orch.clouds import get_provider
-from orch.clouds.base import InstanceStatus, NodeInfo
+from orch.clouds.base import InstanceStatus
 from orch.clouds.errors import ProvisionError
 from orch.config import orch_home
-from orch.managed_jobs import DEFAULT_POLL_S, RESTARTABLE, attempt_log_path
+from orch.contracts.watch import WATCH_JOB, WatchOutcome, WatchRequest, WatchResult
+from orch.managed_jobs import RESTARTABLE, attempt_log_path
 from orch.runtime.jobs import JobPoll
 from orch.runtime.runner import NodeUnreachableError, runner_for
-from orch.status import JobStatus
 
 HEARTBEAT_EVERY_S = 15.0  # the SDK sends one per 48 s at most (0.8 x the 60 s timeout)
 FIRST_POLL_GAP_S = 1.0
 POLL_TIMEOUT_S = 60.0
 POLL_THREADS = 64  # polls are short; 2,000 jobs polled every 30 s make ~67 a second
 _POLLS = ThreadPoolExecutor(max_workers=POLL_THREADS, thread_name_prefix="watch-poll")
-
-
-class WatchRequest(BaseModel):
-    job_id: int  # the managed job (names the log file)
-    task_index: int
-    attempt: int
-    cluster_name: str
-    cloud: str
-    region: str
-    head: NodeInfo
-    name_on_cloud: str = ""  # what the instances are tagged with; "": cluster_name
-    num_nodes: int
-    cluster_job_id: int  # the job's id on its cluster
-    poll_interval_s: float = DEFAULT_POLL_S
-    instance_check_s: float = 300.0  # cloud API calls: rare (a failed job or head checks too)
-    unreachable_limit_s: float = 300.0
-
-
-class WatchOutcome(StrEnum):
-    JOB_ENDED = "JOB_ENDED"
-    CLUSTER_LOST = "CLUSTER_LOST"
-
-
-class WatchResult(BaseModel):
-    outcome: WatchOutcome
-    job_status: JobStatus | None = None  # set when the job ended
-    detail: str = ""
 
 
 class WatchProgress(BaseModel):
@@ -200,7 +172,7 @@ def _resumed_progress() -> WatchProgress:
     return WatchProgress()
 
 
-@activity.defn
+@activity.defn(name=WATCH_JOB)
 async def watch_job(request: WatchRequest) -> WatchResult:
     """Return when the job ended on its cluster or the cluster is lost (see the module)."""
     progress = _resumed_progress()

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from orch.check import enabled_clouds
-from orch.failover_rules import Blocklist, Candidate
+from orch.contracts.plan import PLAN_CANDIDATES, PlanRequest
+from orch.failover_rules import Candidate
 from orch.optimizer import OptimizerError, plan
-from orch.records import Placement
 from orch.settings import load_settings
-from orch.spec import SpecError, Task
+from orch.spec import SpecError
 
 
-class PlanRequest(BaseModel):
-    task: Task
-    blocklist: Blocklist = Field(default_factory=Blocklist)
-    placement: Placement | None = None  # an existing cluster relaunches only where it lives
-
-
-@activity.defn
+@activity.defn(name=PLAN_CANDIDATES)
 def plan_candidates(request: PlanRequest) -> list[Candidate]:
     task = request.task
     if request.placement is not None:

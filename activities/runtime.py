@@ -17,21 +17,37 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel, Field
 from temporalio import activity
 
 from activities.errors import typed_errors
 from orch.clouds.base import ClusterInfo, NodeInfo
 from orch.clouds.errors import SetupError
+from orch.contracts.runtime import (
+    JOBS_ACTIVITY,
+    RAY_HEALTHY,
+    RUN_SETUP,
+    SETUP_RUNTIME,
+    START_RAY,
+    STOP_RAY,
+    SUBMIT_JOB,
+    SYNC_FILES,
+    WAIT_FOR_NODES,
+    HealthRequest,
+    JobsActivity,
+    NodesRequest,
+    SetupRequest,
+    StartRayRequest,
+    SubmitRequest,
+    SyncRequest,
+)
 from orch.runtime.install import ensure_runtime
-from orch.runtime.jobs import SECRETS_ENV, WORKDIR, JobRecord, JobSpec
+from orch.runtime.jobs import SECRETS_ENV, WORKDIR, JobRecord
 from orch.runtime.ray_node import RAY_START_TIMEOUT_S
 from orch.runtime.runner import CommandError, NodeUnreachableError, runner_for
-from orch.secret import REDACTED, Secret, clear_values
+from orch.secret import REDACTED, clear_values
 
 T = TypeVar("T")
 UNREACHABLE_AFTER_S = 10.0  # for best-effort steps on nodes that may be gone
@@ -51,12 +67,7 @@ def _node_cli(node: NodeInfo, module: str, args: str) -> str:
     return f"{shlex.quote(node.python)} -m orch.runtime.{module} {args}"
 
 
-class NodesRequest(BaseModel):
-    info: ClusterInfo
-    timeout_s: float = 600
-
-
-@activity.defn
+@activity.defn(name=WAIT_FOR_NODES)
 @typed_errors
 def wait_for_nodes(request: NodesRequest) -> None:
     """Wait until every node answers a command (SSH up, sandbox present)."""
@@ -78,7 +89,7 @@ def wait_for_nodes(request: NodesRequest) -> None:
     on_every_node(request.info.nodes, reach)
 
 
-@activity.defn
+@activity.defn(name=SETUP_RUNTIME)
 @typed_errors
 def setup_runtime(request: NodesRequest) -> list[str]:
     """Install (or check) Ray and orch's node package on every node; returns each node's
@@ -91,11 +102,7 @@ def setup_runtime(request: NodesRequest) -> list[str]:
     return on_every_node(request.info.nodes, install)
 
 
-class StartRayRequest(BaseModel):
-    info: ClusterInfo
-
-
-@activity.defn
+@activity.defn(name=START_RAY)
 @typed_errors
 def start_ray(request: StartRayRequest) -> str:
     """Start Ray on the head, then on the workers; returns the head's GCS address.
@@ -122,13 +129,7 @@ def start_ray(request: StartRayRequest) -> str:
     return gcs_address
 
 
-class SyncRequest(BaseModel):
-    info: ClusterInfo
-    workdir: str | None = None
-    file_mounts: dict[str, str] = Field(default_factory=dict)
-
-
-@activity.defn
+@activity.defn(name=SYNC_FILES)
 @typed_errors
 def sync_files(request: SyncRequest) -> None:
     """Copy the workdir to ``~/sky_workdir`` and each file mount to its path, on every node."""
@@ -141,16 +142,6 @@ def sync_files(request: SyncRequest) -> None:
                 runner.upload(local, remote)
 
     on_every_node(request.info.nodes, sync)
-
-
-class SetupRequest(BaseModel):
-    info: ClusterInfo
-    cluster_name: str
-    setup: str
-    envs: dict[str, str] = Field(default_factory=dict)
-    secrets: dict[str, Secret] = Field(default_factory=dict)  # exported over envs
-    job_id: int | None = None
-    job_name: str | None = None
 
 
 def node_envs(info: ClusterInfo, cluster_name: str, rank: int) -> dict[str, str]:
@@ -166,7 +157,7 @@ def node_envs(info: ClusterInfo, cluster_name: str, rank: int) -> dict[str, str]
     }
 
 
-@activity.defn
+@activity.defn(name=RUN_SETUP)
 @typed_errors
 def run_setup(request: SetupRequest) -> None:
     """Run the task's setup on every node. On failure the job is recorded FAILED_SETUP on
@@ -212,12 +203,7 @@ def without_values(text: str, secrets: dict[str, str]) -> str:
     return text
 
 
-class SubmitRequest(BaseModel):
-    head: NodeInfo
-    spec: JobSpec
-
-
-@activity.defn
+@activity.defn(name=SUBMIT_JOB)
 @typed_errors
 def submit_job(request: SubmitRequest) -> JobRecord:
     """Start the job's driver on the head; submitting the same id again is a no-op. The
@@ -235,12 +221,7 @@ def submit_job(request: SubmitRequest) -> JobRecord:
     return JobRecord.model_validate_json(result.tail.splitlines()[-1])
 
 
-class HealthRequest(BaseModel):
-    info: ClusterInfo
-    gcs_address: str
-
-
-@activity.defn
+@activity.defn(name=RAY_HEALTHY)
 @typed_errors
 def ray_healthy(request: HealthRequest) -> bool:
     """Whether every node answers and runs its raylet for this cluster."""
@@ -256,12 +237,7 @@ def ray_healthy(request: HealthRequest) -> bool:
     return all(on_every_node(request.info.nodes, check))
 
 
-class JobsActivity(BaseModel):
-    active: bool  # a job is pending or running
-    last_activity_at: datetime | None = None  # the latest submission or end
-
-
-@activity.defn
+@activity.defn(name=JOBS_ACTIVITY)
 @typed_errors
 def jobs_activity(request: NodesRequest) -> JobsActivity:
     """What the head's job table says about idleness (for autostop)."""
@@ -274,7 +250,7 @@ def jobs_activity(request: NodesRequest) -> JobsActivity:
                         last_activity_at=max(moments) if moments else None)
 
 
-@activity.defn
+@activity.defn(name=STOP_RAY)
 @typed_errors
 def stop_ray(request: NodesRequest) -> list[str]:
     """Stop Ray on every node that answers; best effort. Returns what could not be done

@@ -38,17 +38,18 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.provision import InstancesRequest, query_instances
-    from activities.runtime import (
+    from orch.clouds.base import InstanceStatus
+    from orch.contracts.runtime import (
+        JOBS_ACTIVITY,
+        RAY_HEALTHY,
+        SUBMIT_JOB,
+        SYNC_FILES,
         HealthRequest,
+        JobsActivity,
         NodesRequest,
         SubmitRequest,
         SyncRequest,
-        jobs_activity,
-        ray_healthy,
-        submit_job,
-        sync_files,
     )
-    from orch.clouds.base import InstanceStatus
     from orch.fit import TASK_DOES_NOT_FIT, misfit
     from orch.lifecycle import refresh_verdict
     from orch.records import (
@@ -77,7 +78,7 @@ with workflow.unsafe.imports_passed_through():
         TeardownInput,
         TeardownResult,
     )
-    from orch.runtime.jobs import JobSpec
+    from orch.runtime.jobs import JobRecord, JobSpec
     from orch.spec import Task
     from orch.status import ClusterStatus
     from orch.summaries import (
@@ -439,7 +440,7 @@ class ClusterWorkflow:
             if task.workdir or task.file_mounts:
                 assert self.state.info is not None
                 await workflow.execute_activity(
-                    sync_files,
+                    SYNC_FILES,
                     SyncRequest(info=self.state.info, workdir=task.workdir,
                                 file_mounts=task.file_mounts),
                     summary=on_nodes("sync workdir and file mounts", self.state.info),
@@ -458,7 +459,8 @@ class ClusterWorkflow:
         self.state.step = f"submitting job {job_id}"
         spec = JobSpec.for_task(task, job_id, self.state.name, info, gcs_address)
         await workflow.execute_activity(
-            submit_job, SubmitRequest(head=info.head, spec=spec), **CLOUD_CALL,
+            SUBMIT_JOB, SubmitRequest(head=info.head, spec=spec), result_type=JobRecord,
+            **CLOUD_CALL,
             summary=f"submit job {job_id}{f' ({task.name})' if task.name else ''} to the head "
                     f"{info.head.address}",
         )
@@ -563,7 +565,8 @@ class ClusterWorkflow:
             return
         try:
             jobs = await workflow.execute_activity(
-                jobs_activity, NodesRequest(info=self.state.info), **BEST_EFFORT,
+                JOBS_ACTIVITY, NodesRequest(info=self.state.info), result_type=JobsActivity,
+                **BEST_EFFORT,
                 summary="autostop: read the head's job table for activity",
             )
         except ActivityError:
@@ -616,9 +619,10 @@ class ClusterWorkflow:
         if self.state.status == ClusterStatus.UP and all_running and self.state.info:
             assert self.state.gcs_address is not None
             healthy = await workflow.execute_activity(
-                ray_healthy,
+                RAY_HEALTHY,
                 HealthRequest(info=self.state.info, gcs_address=self.state.gcs_address),
-                **BEST_EFFORT, summary=on_nodes("refresh: check Ray", self.state.info),
+                result_type=bool, **BEST_EFFORT,
+                summary=on_nodes("refresh: check Ray", self.state.info),
             )
         verdict = refresh_verdict(self.state.status, expected, found, healthy)
         self.state.warnings = [f"instances tagged for this cluster but not in its record "

@@ -33,7 +33,6 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from activities.plan import PlanRequest, plan_candidates
     from activities.provision import (
         InstancesRequest,
         ProvisionRequest,
@@ -48,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from orch.clouds.base import ClusterInfo, InstanceStatus, ProvisionConfig
     from orch.clouds.errors import BlockScope
+    from orch.contracts.plan import PLAN_CANDIDATES, PlanRequest
     from orch.failover_rules import (
         AttemptLog,
         Blocklist,
@@ -192,10 +192,10 @@ class FailoverWorkflow:
         while True:
             try:
                 candidates = await workflow.execute_activity(
-                    plan_candidates,
+                    PLAN_CANDIDATES,
                     PlanRequest(task=request.task, blocklist=self.blocklist,
                                 placement=request.placement),
-                    **CLOUD_CALL,
+                    result_type=list[Candidate], **CLOUD_CALL,
                     summary=f"plan: candidates cheapest first, {self.log.total} blocked by "
                             "earlier attempts",
                 )

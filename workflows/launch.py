@@ -19,16 +19,16 @@ from temporalio.exceptions import ChildWorkflowError, FailureError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.runtime import (
+    from orch.contracts.runtime import (
+        RUN_SETUP,
+        SETUP_RUNTIME,
+        START_RAY,
+        SYNC_FILES,
+        WAIT_FOR_NODES,
         NodesRequest,
         SetupRequest,
         StartRayRequest,
         SyncRequest,
-        run_setup,
-        setup_runtime,
-        start_ray,
-        sync_files,
-        wait_for_nodes,
     )
     from orch.records import (
         LAUNCH_WORKFLOW,
@@ -113,11 +113,11 @@ class LaunchWorkflow:
                 step="waiting for nodes", placement=placement, info=info
             ))
             nodes = NodesRequest(info=info)
-            await workflow.execute_activity(wait_for_nodes, nodes, **LONG_CALL,
+            await workflow.execute_activity(WAIT_FOR_NODES, nodes, **LONG_CALL,
                                             summary=on_nodes("wait for SSH", info))
             await self._report(LaunchProgress(step="setting up runtime"))
             pythons = await workflow.execute_activity(
-                setup_runtime, nodes, **LONG_CALL,
+                SETUP_RUNTIME, nodes, result_type=list[str], **LONG_CALL,
                 summary=on_nodes("install the runtime (Python venv, Ray)", info))
             info = info.model_copy(update={"nodes": [
                 node.model_copy(update={"python": python})
@@ -125,21 +125,21 @@ class LaunchWorkflow:
             ]})
             await self._report(LaunchProgress(step="starting Ray", info=info))
             gcs_address = await workflow.execute_activity(
-                start_ray, StartRayRequest(info=info), **LONG_CALL,
+                START_RAY, StartRayRequest(info=info), result_type=str, **LONG_CALL,
                 summary=on_nodes("ray start", info),
             )
             await self._report(LaunchProgress(step="runtime ready", gcs_address=gcs_address))
         if task.workdir or task.file_mounts:
             await self._report(LaunchProgress(step="syncing files"))
             await workflow.execute_activity(
-                sync_files,
+                SYNC_FILES,
                 SyncRequest(info=info, workdir=task.workdir, file_mounts=task.file_mounts),
                 **LONG_CALL, summary=on_nodes("sync workdir and file mounts", info),
             )
         if task.setup:
             await self._report(LaunchProgress(step="running setup"))
             await workflow.execute_activity(
-                run_setup,
+                RUN_SETUP,
                 SetupRequest(info=info, cluster_name=request.cluster_name, setup=task.setup,
                              envs=task.envs, secrets=task.secrets, job_id=request.job_id,
                              job_name=task.name),

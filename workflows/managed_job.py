@@ -59,9 +59,10 @@ from temporalio.exceptions import (
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.managed_job import WatchOutcome, WatchRequest, WatchResult, watch_job
-    from activities.plan import PlanRequest, plan_candidates
-    from activities.runtime import SubmitRequest, submit_job
+    from orch.contracts.plan import PLAN_CANDIDATES, PlanRequest
+    from orch.contracts.runtime import SUBMIT_JOB, SubmitRequest
+    from orch.contracts.watch import WATCH_JOB, WatchOutcome, WatchRequest, WatchResult
+    from orch.failover_rules import Candidate
     from orch.managed_jobs import (
         CANCEL_SIGNAL,
         MEMO_SUMMARY,
@@ -103,7 +104,7 @@ with workflow.unsafe.imports_passed_through():
         Placement,
         TeardownInput,
     )
-    from orch.runtime.jobs import JobSpec
+    from orch.runtime.jobs import JobRecord, JobSpec
     from orch.semaphore import LAUNCH_SEMAPHORE_ID
     from orch.spec import Task
     from orch.status import ClusterStatus, JobStatus
@@ -411,7 +412,7 @@ class ManagedJobWorkflow:
         request = SubmitRequest(head=run.info.head, spec=self._job_spec(run, task, job_id))
         try:
             await workflow.execute_activity(
-                submit_job, request, **CLOUD_CALL,
+                SUBMIT_JOB, request, result_type=JobRecord, **CLOUD_CALL,
                 summary=f"submit job {job_id} to the head of {run.cluster_name}")
         except ActivityError as err:
             if is_cancelled_exception(err):
@@ -434,7 +435,7 @@ class ManagedJobWorkflow:
         placement, info = run.placement, run.info
         assert placement is not None and info is not None and info.head is not None
         return await workflow.execute_activity(
-            watch_job,
+            WATCH_JOB,
             WatchRequest(
                 job_id=self.state.job_id, task_index=run.index, attempt=run.attempt,
                 cluster_name=run.cluster_name, name_on_cloud=run.name_on_cloud,
@@ -442,7 +443,7 @@ class ManagedJobWorkflow:
                 num_nodes=len(info.nodes), cluster_job_id=run.cluster_job_id,
                 poll_interval_s=self.input.poll_interval_s,
             ),
-            **WATCH_CALL,
+            result_type=WatchResult, **WATCH_CALL,
             summary=f"watch job {run.cluster_job_id} on {run.cluster_name} until it ends or "
                     "the cluster is lost",
         )
@@ -485,7 +486,7 @@ class ManagedJobWorkflow:
                               placement=phase.pin)
         try:
             candidates = await workflow.execute_activity(
-                plan_candidates, request, **CLOUD_CALL,
+                PLAN_CANDIDATES, request, result_type=list[Candidate], **CLOUD_CALL,
                 summary=f"plan: where a cut-short launch of {run.cluster_name} may have "
                         "provisioned")
         except ActivityError:

@@ -21,8 +21,8 @@ with workflow.unsafe.imports_passed_through():
         terminate_instances,
         wait_instances_gone,
     )
-    from activities.runtime import NodesRequest, stop_ray
     from orch.clouds.base import InstanceStatus
+    from orch.contracts.runtime import STOP_RAY, NodesRequest
     from orch.records import TEARDOWN_WORKFLOW, TeardownInput, TeardownResult
     from orch.summaries import instances_call, on_nodes
     from workflows.options import BEST_EFFORT, LONG_CALL, PROVIDER_CALL, error_message
@@ -42,7 +42,8 @@ class TeardownWorkflow:
             workflow.set_current_details("**Now:** " + on_nodes("ray stop", request.info))
             try:
                 warnings += await workflow.execute_activity(
-                    stop_ray, NodesRequest(info=request.info, timeout_s=60), **BEST_EFFORT,
+                    STOP_RAY, NodesRequest(info=request.info, timeout_s=60),
+                    result_type=list[str], **BEST_EFFORT,
                     summary=on_nodes("ray stop (best effort)", request.info),
                 )
             except ActivityError as err:

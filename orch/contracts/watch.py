@@ -1,0 +1,41 @@
+"""The managed-job watch's contract: its name, request and result
+(``activities/managed_job.py``)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel
+
+from orch.clouds.base import NodeInfo
+from orch.managed_jobs import DEFAULT_POLL_S
+from orch.status import JobStatus
+
+WATCH_JOB = "watch_job"
+
+
+class WatchRequest(BaseModel):
+    job_id: int  # the managed job (names the log file)
+    task_index: int
+    attempt: int
+    cluster_name: str
+    cloud: str
+    region: str
+    head: NodeInfo
+    name_on_cloud: str = ""  # what the instances are tagged with; "": cluster_name
+    num_nodes: int
+    cluster_job_id: int  # the job's id on its cluster
+    poll_interval_s: float = DEFAULT_POLL_S
+    instance_check_s: float = 300.0  # cloud API calls: rare (a failed job or head checks too)
+    unreachable_limit_s: float = 300.0
+
+
+class WatchOutcome(StrEnum):
+    JOB_ENDED = "JOB_ENDED"
+    CLUSTER_LOST = "CLUSTER_LOST"
+
+
+class WatchResult(BaseModel):
+    outcome: WatchOutcome
+    job_status: JobStatus | None = None  # set when the job ended
+    detail: str = ""
