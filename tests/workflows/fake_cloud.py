@@ -22,9 +22,10 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.plan import PlanRequest
 from activities.provision import InstancesRequest, ProvisionRequest, WaitGoneRequest
-from activities.runtime import (
+from orch.clouds.base import ClusterInfo, InstanceStatus, NodeInfo, ProvisionRecord
+from orch.contracts.plan import PlanRequest
+from orch.contracts.runtime import (
     HealthRequest,
     JobsActivity,
     NodesRequest,
@@ -33,7 +34,6 @@ from activities.runtime import (
     SubmitRequest,
     SyncRequest,
 )
-from orch.clouds.base import ClusterInfo, InstanceStatus, NodeInfo, ProvisionRecord
 from orch.failover_rules import Candidate
 from orch.records import ClusterInput
 from orch.runtime.jobs import JobRecord, JobSpec
