@@ -2,7 +2,8 @@
 
 Endpoints and credentials come from boto3's own chain, so ``AWS_ENDPOINT_URL`` (or the
 per-service ``AWS_ENDPOINT_URL_EC2``...) points every client at a private endpoint or a test
-double, and the usual variables, files and roles supply credentials. botocore retries
+double, and the usual variables, files and roles supply credentials (the instance role
+only with the config's ``cloud_identity``: see ``aws_credentials``). botocore retries
 throttling and server faults itself (standard mode, ``AWS_MAX_ATTEMPTS`` attempts, 3 by
 default); what is still failing after that is raised as orch's typed errors.
 
