@@ -1,8 +1,12 @@
 """Which clouds have working credentials here (``orch check``), and why not.
 
-Credentials are looked for where each SDK reads them from files and variables first;
-only when some are present does orch ask the cloud (one cheap identity call). So a
-machine without credentials never probes a cloud's instance-metadata address.
+Credentials are looked for where each SDK reads them from files and variables first
+(for AWS, botocore's own chain without its instance-metadata step: profiles, SSO,
+``credential_process``...); only when some are present does orch ask the cloud (one cheap
+identity call), and each provider's answer says where its credentials came from. An
+instance's own identity (AWS instance role, GCP metadata server, Azure managed identity)
+counts only with the config's ``cloud_identity``: without it no instance-metadata address
+is ever asked, from here or from the providers.
 """
 
 from __future__ import annotations
@@ -16,23 +20,24 @@ from pydantic import BaseModel
 
 from orch.clouds import get_provider
 from orch.clouds.local import host_cpus, host_memory_gb
+from orch.settings import load_settings
 
 CATALOG_CLOUDS = ("aws", "gcp", "azure")
 CACHE_S = 300.0
 
-# Where each cloud's SDK finds credentials without asking a metadata service.
+# Where the GCP and Azure SDKs find credentials without asking a metadata service.
 _ENV = {
-    "aws": ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE"),
     "gcp": ("GOOGLE_APPLICATION_CREDENTIALS", "ORCH_GCP_ENDPOINT"),
-    "azure": ("AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "ORCH_AZURE_ENDPOINT"),
+    "azure": ("AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_FEDERATED_TOKEN_FILE",
+              "ORCH_AZURE_ENDPOINT"),
 }
 _FILES = {
-    "aws": ("~/.aws/credentials", "~/.aws/config"),
-    "gcp": ("~/.config/gcloud/application_default_credentials.json",),
     "azure": ("~/.azure/msal_token_cache.json", "~/.azure/azureProfile.json"),
 }
+_ON_A_VM = "; on a cloud VM, set cloud_identity: true in the config to use its identity"
 _HOW = {
-    "aws": "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or configure ~/.aws (aws configure)",
+    "aws": "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or configure a profile in ~/.aws "
+           "(aws configure, aws configure sso)",
     "gcp": "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file "
            "(and GOOGLE_CLOUD_PROJECT), or run gcloud auth application-default login",
     "azure": "run az login, or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET; "
@@ -46,18 +51,38 @@ class CloudCheck(BaseModel):
     reason: str
 
 
-def _credentials_present(cloud: str) -> bool:
+def _credentials_present(cloud: str, cloud_identity: bool) -> bool:
+    if cloud_identity:  # the instance's identity: the provider's call finds out
+        return True
+    if cloud == "aws":
+        return _aws_credentials_present()
+    if cloud == "gcp":
+        from orch.clouds.gcp_credentials import adc_path
+        if adc_path().is_file():
+            return True
     return any(os.environ.get(name) for name in _ENV[cloud]) or any(
-        Path(path).expanduser().exists() for path in _FILES[cloud]
-    )
+        Path(path).expanduser().exists() for path in _FILES.get(cloud, ()))
+
+
+def _aws_credentials_present() -> bool:
+    """botocore's chain without the instance role finds some (a failing
+    ``credential_process`` counts: the provider's call reports its error)."""
+    from botocore.exceptions import BotoCoreError
+
+    from orch.clouds.aws_credentials import found, new_session
+    try:
+        return found(new_session(cloud_identity=False)) is not None
+    except BotoCoreError:
+        return True
 
 
 def check_cloud(cloud: str) -> CloudCheck:
     if cloud == "local":
         return CloudCheck(cloud=cloud, ok=True,
                           reason=f"this machine: {host_cpus()} CPUs, {host_memory_gb():.0f} GB")
-    if not _credentials_present(cloud):
-        return CloudCheck(cloud=cloud, ok=False, reason=f"no credentials found: {_HOW[cloud]}")
+    if not _credentials_present(cloud, load_settings().cloud_identity):
+        return CloudCheck(cloud=cloud, ok=False,
+                          reason=f"no credentials found: {_HOW[cloud]}{_ON_A_VM}")
     try:
         ok, reason = get_provider(cloud).credentials_ok()
     except Exception as exc:  # any SDK failure here is a reason to show, not to crash on

@@ -44,6 +44,7 @@ _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 
 # Environment variables that override a value of the file (dotted path -> variable).
 ENV_VARS = {
+    "cloud_identity": "ORCH_CLOUD_IDENTITY",
     "launch_permits": "ORCH_LAUNCH_PERMITS",
     "job_slots": "ORCH_JOB_SLOTS",
     "temporal.address": "TEMPORAL_ADDRESS",
@@ -98,6 +99,9 @@ class Settings(_Section):
     """The whole file; every field is optional."""
 
     allowed_clouds: list[str] | None = Field(default=None, min_length=1)  # None: all
+    # Use the instance's own identity (AWS instance role, GCP metadata server, Azure managed
+    # identity). Off: no metadata endpoint is ever asked, as from a laptop it only hangs.
+    cloud_identity: bool = False
     aws: CloudSection = Field(default_factory=CloudSection)
     gcp: CloudSection = Field(default_factory=CloudSection)
     azure: CloudSection = Field(default_factory=CloudSection)

@@ -2,7 +2,8 @@
 
 Endpoints and credentials come from boto3's own chain, so ``AWS_ENDPOINT_URL`` (or the
 per-service ``AWS_ENDPOINT_URL_EC2``...) points every client at a private endpoint or a test
-double, and the usual variables, files and roles supply credentials. botocore retries
+double, and the usual variables, files and roles supply credentials (the instance role
+only with the config's ``cloud_identity``: see ``aws_credentials``). botocore retries
 throttling and server faults itself (standard mode, ``AWS_MAX_ATTEMPTS`` attempts, 3 by
 default); what is still failing after that is raised as orch's typed errors.
 
@@ -18,12 +19,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import botocore.loaders
-import botocore.session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from orch.clouds import aws_network
+from orch.clouds.aws_credentials import found, new_session, source
 from orch.clouds.aws_errors import CREDENTIAL_CODES, client_error_code, translate, translated
 from orch.clouds.aws_images import default_image_id, ssh_user
 from orch.clouds.aws_instances import (
@@ -61,9 +61,6 @@ logger = logging.getLogger(__name__)
 
 CLOUD = "aws"
 _CLIENT_CONFIG = Config(retries={"mode": "standard"}, user_agent_extra="orch")
-# The API models (EC2's is megabytes of JSON), parsed once per process rather than once per
-# provider. Sessions stay per provider: a session keeps the credentials it first resolved.
-_MODELS = botocore.loaders.create_loader()
 
 # What a wait for a status accepts. An instance shutting down is past stopped: it counts.
 _ACCEPTED = {
@@ -119,8 +116,7 @@ class AWSProvider:
     def __init__(self, *, poll_interval: float = 5.0, wait_timeout: float = 600.0) -> None:
         self.poll_interval = poll_interval
         self.wait_timeout = wait_timeout
-        self._session = botocore.session.get_session()
-        self._session.register_component("data_loader", _MODELS)
+        self._session = new_session(load_settings().cloud_identity)
         self._clients: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()  # a botocore session is not thread-safe; its clients are
 
@@ -366,13 +362,17 @@ class AWSProvider:
 
     # -- credentials --------------------------------------------------------------------
     def credentials_ok(self) -> tuple[bool, str]:
-        """Whether the credentials work (STS GetCallerIdentity), and who they are."""
+        """Whether the credentials work (STS GetCallerIdentity), who they are, and where
+        they came from."""
         region = self._session.get_config_variable("region") or "us-east-1"
         try:
+            credentials = found(self._session)
             identity = self._client("sts", region).get_caller_identity()
         except (ClientError, BotoCoreError) as exc:
             return False, str(translate(exc))
-        return True, f"AWS account {identity['Account']} as {identity['Arn']}"
+        assert credentials is not None  # else the call raised NoCredentialsError
+        return True, (f"AWS account {identity['Account']} as {identity['Arn']} "
+                      f"({source(self._session, credentials)})")
 
 
 def _require_instance_type(config: ProvisionConfig) -> str:

@@ -1,7 +1,8 @@
 """The Azure provider: VMs in a resource group per cluster and region, through the Azure SDK.
 
-Credentials come from ``DefaultAzureCredential`` (environment, workload or managed
-identity, the ``az`` CLI login...) unless a ``TokenCredential`` is passed in; the
+Credentials come from :mod:`orch.clouds.azure_identity` (a service principal in the
+environment, workload identity, managed identity when the config's ``cloud_identity`` is
+on, the ``az`` CLI login) unless a ``TokenCredential`` is passed in; the
 subscription from ``AZURE_SUBSCRIPTION_ID``. ``ORCH_AZURE_ENDPOINT`` replaces the Resource
 Manager endpoint (a sovereign cloud, or a fake in tests); the token is then requested for
 that endpoint's audience.
@@ -27,7 +28,6 @@ from typing import Any, TypeVar
 from azure.core.credentials import TokenCredential
 from azure.core.exceptions import AzureError, ClientAuthenticationError, ResourceNotFoundError
 from azure.core.polling import LROPoller
-from azure.identity import DefaultAzureCredential
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import VirtualMachine
 from azure.mgmt.network import NetworkManagementClient
@@ -37,6 +37,7 @@ from azure.mgmt.resource.resources.models import ResourceGroup
 
 from orch.clouds import azure_resources as res
 from orch.clouds.azure_errors import classify, is_absent, translated
+from orch.clouds.azure_identity import IdentityChain, identity_chain
 from orch.clouds.base import (
     TAG_CLUSTER,
     TAG_NODE_KIND,
@@ -54,6 +55,7 @@ from orch.clouds.errors import (
     QuotaError,
     TransientError,
 )
+from orch.settings import load_settings
 
 ENDPOINT_ENV = "ORCH_AZURE_ENDPOINT"
 SUBSCRIPTION_ENV = "AZURE_SUBSCRIPTION_ID"
@@ -160,7 +162,7 @@ class AzureProvider:
 
     @cached_property
     def _credential(self) -> TokenCredential:
-        return self._given_credential or DefaultAzureCredential()
+        return self._given_credential or identity_chain(load_settings().cloud_identity)
 
     def _client_kwargs(self) -> dict[str, Any]:
         """What the three management clients are built with."""
@@ -455,4 +457,6 @@ class AzureProvider:
             return False, f"credentials rejected: {err.message}"
         except AzureError as err:
             return False, f"{type(err).__name__}: {err.message}"
-        return True, f"subscription {self.subscription_id}"
+        chain = self._credential
+        source = f" ({chain.source})" if isinstance(chain, IdentityChain) else ""
+        return True, f"subscription {self.subscription_id}{source}"

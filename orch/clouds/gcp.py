@@ -69,13 +69,14 @@ class GCPProvider:
 
     # -- credentials --------------------------------------------------------------
     def credentials_ok(self) -> tuple[bool, str]:
-        """Whether the credentials can read the project (one ``projects.get``)."""
+        """Whether the credentials can read the project (one ``projects.get``), and where
+        they came from."""
         try:
             project = self.api.project
             self.api.get(self.api.compute().projects().get(project=project))
         except ProvisionError as e:
             return False, f"{type(e).__name__} {e.code}: {e.message}"
-        return True, f"project {project}"
+        return True, f"project {project} ({self.api.source})"
 
     # -- lookups ------------------------------------------------------------------
     def _instances(

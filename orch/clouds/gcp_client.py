@@ -8,23 +8,20 @@ gets its own client. Every failure leaves this module as a typed ``ProvisionErro
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Collection
-from pathlib import Path
 from typing import Any
 
-import google.auth
 import google_auth_httplib2
 import httplib2
 from google.auth.credentials import AnonymousCredentials, Credentials
-from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError, TransportError
-from google.oauth2 import service_account
+from google.auth.exceptions import GoogleAuthError, TransportError
 from googleapiclient import discovery
 from googleapiclient.errors import HttpError
 from pydantic import BaseModel
 
+from orch.clouds import gcp_credentials
 from orch.clouds.errors import AuthError, ProvisionError, TransientError
 from orch.clouds.gcp_errors import (
     from_http_error,
@@ -33,18 +30,20 @@ from orch.clouds.gcp_errors import (
     operation_errors,
     widest,
 )
+from orch.settings import load_settings
 
-SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 HTTP_TIMEOUT_SECONDS = 60.0
 
 
 class GCPSettings(BaseModel):
     """Where the API is and who calls it. ``endpoint`` overrides Google's (tests point it at
-    a fake); with an endpoint and no credentials file, calls are anonymous."""
+    a fake); with an endpoint and no credentials found, calls are anonymous.
+    ``cloud_identity``: the config's, whether the metadata server may be asked."""
 
     project: str | None = None
     endpoint: str | None = None
     credentials_file: str | None = None
+    cloud_identity: bool = False
     # zoneOperations.wait blocks up to two minutes on Google's side; this bounds the rounds.
     max_operation_waits: int = 10
 
@@ -55,33 +54,8 @@ class GCPSettings(BaseModel):
             project=env.get("GOOGLE_CLOUD_PROJECT") or None,
             endpoint=env.get("ORCH_GCP_ENDPOINT") or None,
             credentials_file=env.get("GOOGLE_APPLICATION_CREDENTIALS") or None,
+            cloud_identity=load_settings().cloud_identity,
         )
-
-
-def _from_file(path: str) -> tuple[Credentials, str | None]:
-    """A key file. Service-account keys (the usual case) are loaded by their own loader;
-    other kinds (user, workload identity) by google.auth's generic one."""
-    try:
-        info = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise AuthError(f"cannot read GCP credentials {path}: {e}", code="NO_CREDENTIALS") from e
-    if isinstance(info, dict) and info.get("type") == "service_account":
-        creds = service_account.Credentials.from_service_account_info(info, scopes=SCOPES)
-        return creds, info.get("project_id")
-    return google.auth.load_credentials_from_file(path, scopes=SCOPES)
-
-
-def _load_credentials(settings: GCPSettings) -> tuple[Credentials, str | None]:
-    """Credentials and the project they name. Default credentials are only looked up
-    without an endpoint override: the lookup probes the GCE metadata server."""
-    try:
-        if settings.credentials_file:
-            return _from_file(settings.credentials_file)
-        if settings.endpoint:
-            return AnonymousCredentials(), None
-        return google.auth.default(scopes=SCOPES)
-    except (DefaultCredentialsError, ValueError) as e:
-        raise AuthError(f"no usable GCP credentials: {e}", code="NO_CREDENTIALS") from e
 
 
 class ComputeAPI:
@@ -93,16 +67,20 @@ class ComputeAPI:
         self._local = threading.local()
         self._credentials: Credentials | None = None
         self._project: str | None = None
+        self.source = ""  # where the credentials came from, once resolved
 
     def _resolve(self) -> tuple[Credentials, str]:
         with self._lock:
             if self._credentials is None:
-                creds, found = _load_credentials(self.settings)
-                project = self.settings.project or found
+                found = gcp_credentials.load(
+                    self.settings.credentials_file, cloud_identity=self.settings.cloud_identity,
+                    anonymous=bool(self.settings.endpoint))
+                project = self.settings.project or found.project
                 if not project:
-                    raise AuthError("no GCP project: set GOOGLE_CLOUD_PROJECT",
-                                    code="NO_PROJECT")
-                self._credentials, self._project = creds, project
+                    raise AuthError(f"no GCP project: set GOOGLE_CLOUD_PROJECT (credentials: "
+                                    f"{found.source})", code="NO_PROJECT")
+                self._credentials, self._project = found.credentials, project
+                self.source = found.source
             assert self._project is not None
             return self._credentials, self._project
 

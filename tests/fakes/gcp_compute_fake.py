@@ -20,7 +20,9 @@ Google's shapes: an HTTP error answered at once, or an operation that finishes w
 ``error.errors[]``; an operation can also be made to stall (never DONE).
 
 It also serves an OAuth2 token endpoint for service-account JWTs (signatures checked
-against the keys it issued), so real credential files can be tested end to end.
+against the keys it issued), so real credential files can be tested end to end;
+:meth:`GCPComputeFake.issue_token` hands tokens out to other fakes (the metadata
+server's) and to user credentials (:meth:`GCPComputeFake.authorized_user`).
 """
 
 from __future__ import annotations
@@ -35,13 +37,15 @@ import urllib.parse
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from google.auth import jwt
+
+from tests.fakes.loopback import Loopback
 
 LINK = "https://www.googleapis.com/compute/v1/"
 WAIT_CAP_S = 4.0  # the longest one operations.wait blocks (Google's is 2 minutes)
@@ -758,11 +762,7 @@ class GCPComputeFake:
         self._service_accounts: dict[str, bytes] = {}  # client email → public key PEM
         self._tokens: set[str] = set()
         self._routes = _routes(self.state)
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._loopback = Loopback(type("Handler", (_Handler,), {"fake": self}))
 
     @property
     def project(self) -> str:
@@ -770,8 +770,7 @@ class GCPComputeFake:
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"http://{self._loopback.host}"
 
     @property
     def endpoint(self) -> str:
@@ -779,13 +778,11 @@ class GCPComputeFake:
         return self.base_url + API_PREFIX
 
     def __enter__(self) -> GCPComputeFake:
-        self._thread.start()
+        self._loopback.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        self._loopback.stop()
 
     # -- requests -------------------------------------------------------------------
     def dispatch(self, verb: str, path: str, query: dict[str, str], body: dict[str, Any],
@@ -835,9 +832,14 @@ class GCPComputeFake:
                        audience=TOKEN_AUDIENCE)
         except (KeyError, ValueError) as e:
             return 400, {"error": "invalid_grant", "error_description": f"Invalid JWT: {e}"}
+        return 200, {"access_token": self.issue_token(), "expires_in": 3600,
+                     "token_type": "Bearer"}
+
+    def issue_token(self) -> str:
+        """A new access token the API accepts."""
         token = f"ya29.fake-{len(self._tokens)}"
         self._tokens.add(token)
-        return 200, {"access_token": token, "expires_in": 3600, "token_type": "Bearer"}
+        return token
 
     # -- test controls ----------------------------------------------------------------
     def service_account(self, email: str | None = None) -> dict[str, Any]:
@@ -858,6 +860,19 @@ class GCPComputeFake:
             "client_id": "1234567890",
             "token_uri": self.base_url + TOKEN_PATH,
         }
+
+    def authorized_user(self) -> dict[str, Any]:
+        """Application-default user credentials: the fields ``gcloud auth
+        application-default login`` writes, plus a live access token and its expiry as
+        google-auth's ``Credentials.to_json`` saves them. (google-auth always refreshes
+        user credentials at Google's own token endpoint, whatever the file says, so the
+        token is what lets a test use them.)"""
+        expiry = datetime.now(UTC).replace(tzinfo=None) + timedelta(hours=1)
+        return {"account": "", "client_id": "764086051850-fake.apps.googleusercontent.com",
+                "client_secret": "d-FL95Q19q7MQmFpd7hHD0Ty", "quota_project_id": self.project,
+                "refresh_token": "1//fake-refresh", "type": "authorized_user",
+                "universe_domain": "googleapis.com", "token": self.issue_token(),
+                "expiry": expiry.isoformat() + "Z"}
 
     def fail_http(self, method: str, status: int, reason: str, message: str | None = None,
                   *, zone: str | None = None, times: int = 1, skip: int = 0) -> None:

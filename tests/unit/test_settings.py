@@ -203,3 +203,15 @@ def test_configured_users_match_exactly_first_then_by_glob_in_file_order() -> No
     assert configured_user(users, "ami-2") == "first"
     assert configured_user(users, None, "ubuntu/images/x") == "any"
     assert configured_user({}, "ami-1") is None
+
+
+def test_cloud_identity_is_off_unless_the_file_or_the_variable_turns_it_on(
+        tmp_path: Path) -> None:
+    assert load(env_for(tmp_path)).settings.cloud_identity is False
+    loaded = load(env_for(tmp_path, "cloud_identity: true\n"))
+    assert loaded.settings.cloud_identity and loaded.sources["cloud_identity"].startswith("file ")
+    loaded = load(env_for(tmp_path, "cloud_identity: true\n", ORCH_CLOUD_IDENTITY="0"))
+    assert loaded.settings.cloud_identity is False
+    assert loaded.sources["cloud_identity"] == "env ORCH_CLOUD_IDENTITY"
+    with pytest.raises(ConfigError, match="ORCH_CLOUD_IDENTITY"):
+        load(env_for(tmp_path, ORCH_CLOUD_IDENTITY="maybe"))

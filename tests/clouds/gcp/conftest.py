@@ -16,6 +16,14 @@ REGION = "us-central1"
 ZONE = "us-central1-a"
 
 
+@pytest.fixture(autouse=True)
+def no_gcloud_config(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+                     ) -> None:
+    """No application-default credentials but a test's own: gcloud's config directory is
+    an empty one (google-auth and orch read ``CLOUDSDK_CONFIG``)."""
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path_factory.mktemp("gcloud")))
+
+
 @pytest.fixture
 def fake() -> Iterator[GCPComputeFake]:
     with GCPComputeFake() as server:

@@ -42,7 +42,8 @@ def test_provider_built_from_env_reaches_the_fake(
     monkeypatch.setenv("ORCH_GCP_ENDPOINT", fake.endpoint)
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
 
-    assert GCPProvider().credentials_ok() == (True, f"project {fake.project}")
+    assert GCPProvider().credentials_ok() == (
+        True, f"project {fake.project} (anonymous (ORCH_GCP_ENDPOINT))")
 
 
 def test_anonymous_calls_are_refused_where_auth_is_required(fake: GCPComputeFake,
@@ -62,7 +63,8 @@ def test_service_account_file_gives_token_and_project(fake: GCPComputeFake,
     provider = GCPProvider(GCPSettings(endpoint=fake.endpoint, credentials_file=key),
                            poll_interval=0)
 
-    assert provider.credentials_ok() == (True, f"project {fake.project}")
+    assert provider.credentials_ok() == (
+        True, f"project {fake.project} (service-account key file {key})")
     assert provider.query_instances("us-central1", "c1") == {}
 
 
