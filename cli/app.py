@@ -44,9 +44,11 @@ def settings() -> Settings:
         raise fail(str(err), code=2) from None
 
 
-def run(coro_fn: Callable[[Client], Awaitable[T]]) -> T:
+def run(coro_fn: Callable[[Client], Awaitable[T]],
+        on_interrupt: Callable[[], None] | None = None) -> T:
     """Connect (starting the embedded control plane if needed), run, and turn every user
-    error into a message and an exit code, never a traceback."""
+    error into a message and an exit code, never a traceback. Ctrl-C calls
+    ``on_interrupt`` (what to do with the operation under way) before exiting 130."""
 
     async def main() -> T:
         client = await Client.connect()
@@ -73,5 +75,9 @@ def run(coro_fn: Callable[[Client], Awaitable[T]]) -> T:
                 if "Workflow Task in failed state" in str(err) else "")
         raise fail(f"the Temporal server refused the request: {err}{hint}") from None
     except KeyboardInterrupt:
-        err_console.print("Interrupted. Operations already submitted go on in the background.")
+        if on_interrupt is None:
+            err_console.print("Interrupted. Operations already submitted go on in the "
+                              "background.")
+        else:
+            on_interrupt()
         raise typer.Exit(130) from None

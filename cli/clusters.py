@@ -13,7 +13,7 @@ from cli import display
 from cli.app import AsJson, Yes, app, console, err_console, fail, run, settings
 from cli.tasks import overrides_from_flags, task_source, written_task_from_args
 from orch.check import CloudCheck, check_clouds
-from orch.client import Client, ClusterSummary, OrchError
+from orch.client import Client, ClusterSummary, OrchError, new_cluster_name
 from orch.client.managed_jobs import ManagedJobs
 from orch.failover_rules import Candidate
 from orch.lifecycle import Autostop
@@ -150,10 +150,11 @@ def launch(
     if not yes and sys.stdin.isatty():
         where = f"cluster {cluster}" if cluster else "a new cluster"
         typer.confirm(f"Launch {task.num_nodes} node(s) on {where}?", default=True, abort=True)
+    target = cluster or new_cluster_name()
 
     async def go(client: Client) -> tuple[str, int | None]:
-        with display.Progress(console, f"Launching {cluster or 'a new cluster'}") as progress:
-            result = await client.launch(task, cluster, on_step=progress.step,
+        with display.Progress(console, f"Launching {target}") as progress:
+            result = await client.launch(task, target, on_step=progress.step,
                                          retry_until_up=retry_until_up, autostop=autostop)
         name_ = result.record.name
         verb = "launched" if result.provisioned else "reused"
@@ -167,7 +168,21 @@ def launch(
         exit_for(await follow_job(client, name_, result.job_id), name_)
         return name_, result.job_id
 
-    run(go)
+    run(go, on_interrupt=lambda: ask_to_cancel(target))
+
+
+def ask_to_cancel(cluster: str) -> None:
+    """Ctrl-C in ``orch launch``: at a terminal, ask whether to cancel the launch or leave
+    it running in the background (SkyPilot detaches); elsewhere, leave it running."""
+    later = f"orch status shows it; orch down {cluster} removes it"
+    if not sys.stdin.isatty() or not typer.confirm(
+            f"\nCancel the launch of {cluster}? (no: it goes on in the background)",
+            default=False, err=True):
+        err_console.print(f"The launch of {cluster} goes on in the background ({later}).")
+        return
+    cut = run(lambda client: client.cancel_operation(cluster))
+    err_console.print(f"Cancelled the {cut} of {cluster}; the nodes it was making are gone "
+                      f"({later})." if cut else f"Nothing was under way on {cluster}.")
 
 
 @app.command("exec")

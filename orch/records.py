@@ -213,6 +213,10 @@ class DownRequest(BaseModel):
     purge: bool = False
 
 
+class CancelRequest(BaseModel):
+    """Cut short the launch, start or exec under way (Ctrl-C in ``orch launch``)."""
+
+
 class TeardownInput(BaseModel):
     cluster_name: str
     name_on_cloud: str = ""  # "": the cluster_name (inputs made before names on cloud)

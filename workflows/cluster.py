@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         SA_REGION,
         SA_RESOURCES,
         AutostopRequest,
+        CancelRequest,
         ClusterInput,
         ClusterRecord,
         DownRequest,
@@ -496,6 +497,19 @@ class ClusterWorkflow:
     @start.validator
     def _validate_start(self, request: StartRequest) -> None:
         self._require_startable()
+
+    @workflow.update
+    async def cancel_operation(self, request: CancelRequest) -> str:
+        """Cut short the launch, start or exec under way and return its name ("" when none
+        is): its failover removes the nodes it was making, and this returns once it has.
+        The cluster stays (INIT if it never had nodes): ``orch down`` removes it."""
+        if self.current is None or self.current[0] not in CANCELLABLE:
+            return ""
+        operation, task = self.current
+        self._event(f"{operation} cancelled by its user")
+        self._cut_short()
+        await workflow.wait_condition(lambda: self.current is None or self.current[1] is not task)
+        return operation
 
     @workflow.update
     async def down(self, request: DownRequest) -> TeardownResult:

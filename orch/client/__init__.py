@@ -60,6 +60,7 @@ from orch.records import (
     SA_REGION,
     SA_RESOURCES,
     AutostopRequest,
+    CancelRequest,
     ClusterInput,
     ClusterRecord,
     DownRequest,
@@ -154,6 +155,11 @@ async def connect_temporal(settings: TemporalSettings, timeout_s: float = CONNEC
             await asyncio.sleep(0.5)
 
 
+def new_cluster_name() -> str:
+    """The name of a cluster launched without one (SkyPilot's ``sky-xxxx`` habit)."""
+    return f"orch-{secrets.token_hex(3)}"
+
+
 class Client:
     def __init__(self, temporal: TemporalClient, task_queue: str = TASK_QUEUE,
                  server: str | None = None):
@@ -233,7 +239,7 @@ class Client:
     ) -> LaunchResult:
         """Launch ``task`` on ``cluster`` (created, or reused when UP); returns once the job
         is submitted. ``on_step`` is told each step and failover hop as it happens."""
-        cluster = check_name(cluster or f"orch-{secrets.token_hex(3)}", "cluster")
+        cluster = check_name(cluster or new_cluster_name(), "cluster")
         self.validate(task)
         user, summary = requester(), cluster_summary(cluster, task)
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
@@ -365,6 +371,16 @@ class Client:
         except WorkflowUpdateFailedError as err:
             raise update_failure(err) from None
         return job_id
+
+    async def cancel_operation(self, cluster: str) -> str:
+        """Cut short the cluster's launch, start or exec under way; returns its name, or ""
+        when none was (the nodes it was making are removed by the time this returns)."""
+        try:
+            cut: str = await self._handle(cluster).execute_update(
+                "cancel_operation", CancelRequest(), result_type=str)
+        except WorkflowUpdateFailedError as err:
+            raise update_failure(err) from None
+        return cut
 
     async def down(self, cluster: str, purge: bool = False) -> TeardownResult | None:
         """Tear the cluster down; None when there is no such cluster (nothing is done)."""

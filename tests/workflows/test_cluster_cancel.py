@@ -22,6 +22,7 @@ from orch.failover_rules import Candidate
 from orch.records import (
     CANCELLED,
     CANCELLED_MESSAGE,
+    CancelRequest,
     ClusterRecord,
     DownRequest,
     LaunchRequest,
@@ -275,3 +276,30 @@ async def test_down_ends_a_launch_stuck_in_retry_until_up(
     assert result.instances == []  # the failover removed what each attempt made
     assert record.status == ClusterStatus.TERMINATED
     assert cloud.instances["nowhere"] == {}
+
+
+async def test_cancel_operation_cuts_the_launch_short_and_keeps_the_cluster(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    """Ctrl-C in orch launch, answered "cancel": the nodes being made go, the entity stays."""
+    cloud = FakeCloud()
+    creating = cloud.hold("run_instances")
+    async with fake_cloud_worker(time_skipping_env, cloud) as bed:
+        handle = await bed.start_cluster("second-thoughts")
+        launch, failover = await launching(time_skipping_env, handle, cloud)
+
+        cancel = asyncio.ensure_future(
+            handle.execute_update(ClusterWorkflow.cancel_operation, CancelRequest()))
+        await asked_to_stop(failover)
+        creating.set()  # the RunInstances in flight completes: its nodes now exist
+        cut = await cancel
+        left = dict(cloud.instances["second-thoughts"])  # by the time cancel returned
+        with pytest.raises(WorkflowUpdateFailedError):
+            await launch
+        record = ClusterRecord.model_validate(await handle.query("record"))
+        nothing = await handle.execute_update(ClusterWorkflow.cancel_operation, CancelRequest())
+        await handle.execute_update(ClusterWorkflow.down, DownRequest())
+
+    assert (cut, nothing) == ("launch", "")
+    assert record.status == ClusterStatus.INIT and "launch cancelled by its user" in record.events
+    assert left == {}
