@@ -85,5 +85,5 @@ def test_ctrl_c_asks_and_cancels_the_launch(orch: Orch, tmp_path: Path) -> None:
         orch("down", "-y", "ctrlc", check=False)
 
     assert code == 130
-    assert status["status"] == "INIT"
+    assert status is not None and status["status"] == "INIT"
     assert "Traceback" not in terminal.seen

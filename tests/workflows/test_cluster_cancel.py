@@ -5,6 +5,9 @@ server, scripted FakeCloud; afterwards the fake cloud holds no instance of the c
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -74,18 +77,41 @@ async def asked_to_stop(failover: WorkflowHandle) -> None:
     await until(cancel_requested, "the cancel reaching the failover's call")
 
 
+@dataclass
+class MidLaunch:
+    """A cluster whose launch has a RunInstances in flight, held by the test."""
+
+    cloud: FakeCloud
+    handle: WorkflowHandle
+    launch: asyncio.Future[LaunchResult]
+    failover: WorkflowHandle
+    creating: asyncio.Event
+
+    async def once_asked_to_stop(self) -> None:
+        """Once the failover asked its call to stop, let the call complete: its nodes now
+        exist, for the failover to remove."""
+        await asked_to_stop(self.failover)
+        self.creating.set()
+
+
+@asynccontextmanager
+async def mid_launch(env: WorkflowEnvironment, name: str) -> AsyncIterator[MidLaunch]:
+    cloud = FakeCloud()
+    creating = cloud.hold("run_instances")
+    async with fake_cloud_worker(env, cloud) as bed:
+        handle = await bed.start_cluster(name)
+        launch, failover = await launching(env, handle, cloud)
+        yield MidLaunch(cloud, handle, launch, failover, creating)
+
+
 async def test_cancel_mid_launch_removes_the_nodes_being_made(
     time_skipping_env: WorkflowEnvironment,
 ) -> None:
-    cloud = FakeCloud()
-    creating = cloud.hold("run_instances")
-    async with fake_cloud_worker(time_skipping_env, cloud) as bed:
-        handle = await bed.start_cluster("doomed")
-        launch, failover = await launching(time_skipping_env, handle, cloud)
+    async with mid_launch(time_skipping_env, "doomed") as at:
+        cloud, handle, launch = at.cloud, at.handle, at.launch
 
         await handle.cancel()
-        await asked_to_stop(failover)
-        creating.set()  # the RunInstances in flight completes: its nodes now exist
+        await at.once_asked_to_stop()
         record = await cancelled_record(handle)
         await save_with_children(time_skipping_env.client, handle, "cluster_cancel_launching")
         with pytest.raises(WorkflowUpdateFailedError):
@@ -142,15 +168,11 @@ async def test_terminating_the_cluster_workflow_mid_launch_still_removes_the_nod
 ) -> None:
     """No cleanup runs in a terminated workflow: the parent-close policies (REQUEST_CANCEL
     on the launch, and on its failover) make the failover remove what it made."""
-    cloud = FakeCloud()
-    creating = cloud.hold("run_instances")
-    async with fake_cloud_worker(dev_server, cloud) as bed:
-        handle = await bed.start_cluster("cut")
-        launch, failover = await launching(dev_server, handle, cloud)
+    async with mid_launch(dev_server, "cut") as at:
+        cloud, handle, launch, failover = at.cloud, at.handle, at.launch, at.failover
 
         await handle.terminate("operator")
-        await asked_to_stop(failover)
-        creating.set()
+        await at.once_asked_to_stop()
         with pytest.raises(WorkflowFailureError) as failure:
             await failover.result()
         with pytest.raises(Exception):  # noqa: B017 (the update never completes)
@@ -231,15 +253,11 @@ async def test_cancel_reaches_a_failover_that_continued_as_new(
 async def test_down_mid_launch_cancels_the_launch_instead_of_waiting_for_it(
     time_skipping_env: WorkflowEnvironment,
 ) -> None:
-    cloud = FakeCloud()
-    creating = cloud.hold("run_instances")
-    async with fake_cloud_worker(time_skipping_env, cloud) as bed:
-        handle = await bed.start_cluster("changed-mind")
-        launch, failover = await launching(time_skipping_env, handle, cloud)
+    async with mid_launch(time_skipping_env, "changed-mind") as at:
+        cloud, handle, launch = at.cloud, at.handle, at.launch
 
         down = asyncio.ensure_future(handle.execute_update(ClusterWorkflow.down, DownRequest()))
-        await asked_to_stop(failover)
-        creating.set()  # the RunInstances in flight completes: its nodes now exist
+        await at.once_asked_to_stop()
         await down
         with pytest.raises(WorkflowUpdateFailedError) as launch_failed:
             await launch
@@ -282,16 +300,12 @@ async def test_cancel_operation_cuts_the_launch_short_and_keeps_the_cluster(
     time_skipping_env: WorkflowEnvironment,
 ) -> None:
     """Ctrl-C in orch launch, answered "cancel": the nodes being made go, the entity stays."""
-    cloud = FakeCloud()
-    creating = cloud.hold("run_instances")
-    async with fake_cloud_worker(time_skipping_env, cloud) as bed:
-        handle = await bed.start_cluster("second-thoughts")
-        launch, failover = await launching(time_skipping_env, handle, cloud)
+    async with mid_launch(time_skipping_env, "second-thoughts") as at:
+        cloud, handle, launch = at.cloud, at.handle, at.launch
 
         cancel = asyncio.ensure_future(
             handle.execute_update(ClusterWorkflow.cancel_operation, CancelRequest()))
-        await asked_to_stop(failover)
-        creating.set()  # the RunInstances in flight completes: its nodes now exist
+        await at.once_asked_to_stop()
         cut = await cancel
         left = dict(cloud.instances["second-thoughts"])  # by the time cancel returned
         with pytest.raises(WorkflowUpdateFailedError):
