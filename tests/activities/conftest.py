@@ -22,16 +22,33 @@ import boto3
 import pytest
 import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from orch.clouds.base import TAG_CLUSTER
+from orch.records import (
+    PROGRESS_SIGNAL,
+    ClusterInput,
+    ClusterRecord,
+    DownRequest,
+    LaunchProgress,
+    LaunchRequest,
+    TeardownResult,
+)
 from orch.semaphore import LAUNCH_SEMAPHORE_ID, REQUEST_PERMIT_ACTIVITY, SemaphoreSettings
+from orch.spec import Task
 from tests.clouds.aws.conftest import aws_env, front, moto_url  # noqa: F401 (fixtures)
 from tests.fakes.ec2_fault_front import EC2FaultFront
 from workers.registry import PLAIN_ACTIVITIES, WORKFLOWS, client_activities
+from workflows.cluster import ClusterWorkflow
+from workflows.failover import FailoverInput, FailoverOutput, FailoverWorkflow
 
 # Regions and zones that both orch's catalog (m6id.large) and moto know.
 EAST_1, EAST_2 = "us-east-1", "us-east-2"
@@ -95,21 +112,28 @@ async def stop_launch_semaphore(client: Client) -> None:
             await semaphore.terminate("test over")
 
 
-@pytest_asyncio.fixture
-async def task_queue(
-    time_skipping_env: WorkflowEnvironment,
-    aws_env: EC2FaultFront,  # noqa: F811 (the imported fixture)
-    orch_home: Path,
-) -> AsyncIterator[str]:
+@contextlib.asynccontextmanager
+async def real_worker(env: WorkflowEnvironment, cloud: str) -> AsyncIterator[str]:
     """A worker with orch's workflows and real activities; yields its task queue."""
-    queue = f"aws-{uuid.uuid4().hex[:8]}"
-    client = time_skipping_env.client
+    queue = f"{cloud}-{uuid.uuid4().hex[:8]}"
+    client = env.client
     activities = PLAIN_ACTIVITIES + client_activities(client, SemaphoreSettings())
     with ThreadPoolExecutor(max_workers=8) as executor:
         async with Worker(client, task_queue=queue, workflows=WORKFLOWS,
                           activities=activities, activity_executor=executor):
             yield queue
     await stop_launch_semaphore(client)
+
+
+@pytest_asyncio.fixture
+async def task_queue(
+    time_skipping_env: WorkflowEnvironment,
+    aws_env: EC2FaultFront,  # noqa: F811 (the imported fixture)
+    orch_home: Path,
+) -> AsyncIterator[str]:
+    """A worker on moto's EC2 (through the fault front); yields its task queue."""
+    async with real_worker(time_skipping_env, "aws") as queue:
+        yield queue
 
 
 async def activities_started(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, int]]:
@@ -125,3 +149,61 @@ async def activities_started(handle: WorkflowHandle[Any, Any]) -> list[tuple[str
             attributes = event.activity_task_started_event_attributes
             started.append((names[attributes.scheduled_event_id], attributes.attempt))
     return [(name, attempt) for name, attempt in started if name != REQUEST_PERMIT_ACTIVITY]
+
+
+class Clusters:
+    """ClusterWorkflows on the test's task queue, driven as the client drives them; any
+    still running at the end is terminated (a workflow left with a timer and no worker
+    would stall the time-skipping server)."""
+
+    def __init__(self, env: WorkflowEnvironment, task_queue: str) -> None:
+        self.env, self.task_queue = env, task_queue
+        self.started: list[WorkflowHandle[Any, Any]] = []
+
+    async def start(self, name: str) -> WorkflowHandle[Any, Any]:
+        handle = await self.env.client.start_workflow(
+            ClusterWorkflow.run, ClusterInput(name=name, publish_search_attributes=False),
+            id=f"cluster/{name}-{uuid.uuid4().hex[:6]}", task_queue=self.task_queue)
+        self.started.append(handle)
+        return handle
+
+    async def fail_over(self, cluster: WorkflowHandle[Any, Any], task: Task) -> FailoverOutput:
+        """A launch's failover, reporting to the cluster's workflow; then what the launch
+        tells the cluster next (where it is; not its nodes, whose sshd does not exist, so
+        the teardown's ray stop has nothing to try)."""
+        name = (await self.record(cluster)).name
+        output: FailoverOutput = await self.env.client.execute_workflow(
+            FailoverWorkflow.run, FailoverInput(cluster_name=name, task=task,
+                                                report_to=cluster.id),
+            id=f"{cluster.id}/failover", task_queue=self.task_queue)
+        await cluster.signal(PROGRESS_SIGNAL, LaunchProgress(step="waiting for nodes",
+                                                             placement=output.placement))
+        return output
+
+    async def launch_fails(self, cluster: WorkflowHandle[Any, Any], task: Task) -> None:
+        with pytest.raises(WorkflowUpdateFailedError):
+            await cluster.execute_update(ClusterWorkflow.launch, LaunchRequest(task=task))
+
+    @staticmethod
+    async def record(cluster: WorkflowHandle[Any, Any]) -> ClusterRecord:
+        state: ClusterRecord = await cluster.query(ClusterWorkflow.record)
+        return state
+
+    @staticmethod
+    async def down(cluster: WorkflowHandle[Any, Any]) -> TeardownResult:
+        result: TeardownResult = await cluster.execute_update(ClusterWorkflow.down,
+                                                              DownRequest())
+        return result
+
+    async def close(self) -> None:
+        for handle in self.started:
+            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                await handle.terminate("test over")
+
+
+@pytest_asyncio.fixture
+async def clusters(time_skipping_env: WorkflowEnvironment, task_queue: str
+                   ) -> AsyncIterator[Clusters]:
+    started = Clusters(time_skipping_env, task_queue)
+    yield started
+    await started.close()
