@@ -9,7 +9,7 @@ provider is pointed at it (a static token, no waits between polls).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,7 @@ from orch.clouds.base import TAG_CLUSTER, Provider
 from orch.records import CloudRegion
 from orch.spec import Task
 from tests.activities.conftest import Clusters, real_worker
+from tests.clouds.azure.conftest import fake  # noqa: F401 (the fixture)
 from tests.clouds.azure.support import StaticToken
 from tests.fakes.azure_arm_fake import AzureArmFake
 
@@ -39,12 +40,9 @@ CREATE_VM = "VirtualMachines_CreateOrUpdate"
 
 
 @pytest.fixture
-def azure(monkeypatch: pytest.MonkeyPatch) -> Iterator[AzureArmFake]:
-    with AzureArmFake() as arm:
-        monkeypatch.setenv("REQUESTS_CA_BUNDLE", arm.ca_path)
-        monkeypatch.setenv("ORCH_AZURE_ENDPOINT", arm.base_url)
-        monkeypatch.setenv("AZURE_SUBSCRIPTION_ID", arm.subscription_id)
-        yield arm
+def azure(fake: AzureArmFake) -> AzureArmFake:  # noqa: F811 (the imported fixture)
+    """The ARM fake, with the environment pointing the Azure SDK at it."""
+    return fake
 
 
 @pytest_asyncio.fixture
