@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from orch.clouds.base import ClusterInfo
 from orch.failover_rules import Blocklist
@@ -70,6 +70,17 @@ class Placement(BaseModel):
     zone: str | None = None
     instance_type: str | None = None
     use_spot: bool = False
+
+
+class CloudRegion(BaseModel):
+    """A region a cluster touched: where a launch attempt may have created something
+    (instances, security groups, firewall rules, key pairs, resource groups) that its
+    teardown must look for."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cloud: str
+    region: str
 
 
 class ClusterUsage(BaseModel):
@@ -147,6 +158,9 @@ class ClusterRecord(BaseModel):
     autostop_check_after: datetime | None = None  # jobs were running: look again then
     last_refresh_at: datetime | None = None
     usage: UsageClock = Field(default_factory=UsageClock)  # time up, for cost-report
+    # Every region where launch attempts may have left something (the placement's among
+    # them): a failover reports a region before it creates there, and once it cleaned it.
+    regions: list[CloudRegion] = Field(default_factory=list)
 
     def account_uptime(self, status: ClusterStatus, now: datetime) -> None:
         """Keep the billing clock: it runs from UP to STOPPED or TERMINATED, again from
@@ -223,6 +237,7 @@ class TeardownInput(BaseModel):
     placement: Placement | None
     info: ClusterInfo | None = None
     terminate: bool = True
+    regions: list[CloudRegion] = Field(default_factory=list)  # also cleaned, on terminate
 
     @property
     def cloud_name(self) -> str:
@@ -266,6 +281,8 @@ class LaunchProgress(BaseModel):
     gcs_address: str | None = None
     waiting_for_permit: bool | None = None
     """True when the launch queues for a launch permit, False once it holds one."""
+    touched: CloudRegion | None = None  # an attempt is about to create there
+    cleaned: list[CloudRegion] = Field(default_factory=list)  # nothing of it left there
 
 
 class LaunchOutput(BaseModel):

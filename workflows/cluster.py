@@ -159,6 +159,10 @@ class ClusterWorkflow:
             self.state.num_nodes = len(progress.info.nodes)
         if progress.gcs_address is not None:
             self.state.gcs_address = progress.gcs_address
+        if progress.touched is not None and progress.touched not in self.state.regions:
+            self.state.regions.append(progress.touched)  # before anything is made there
+        if progress.cleaned:
+            self.state.regions = [r for r in self.state.regions if r not in progress.cleaned]
 
     # -- the entity's life ------------------------------------------------------------
     @workflow.run
@@ -531,6 +535,7 @@ class ClusterWorkflow:
             cluster_name=self.state.name, name_on_cloud=self.state.name_on_cloud,
             placement=self.state.placement,
             info=None if stopped else self.state.info, terminate=terminate,
+            regions=self.state.regions if terminate else [],
         )
         try:
             result: TeardownResult = await workflow.execute_child_workflow(

@@ -18,6 +18,12 @@ continue-as-new every ``rounds_per_run`` rounds (or when Temporal suggests it), 
 the round count and the bounded history, so a launch that waits days for capacity keeps a
 short history.
 
+Nothing is left behind: each attempt tells the cluster's workflow its region before it
+creates anything there (the cluster's record keeps it), and a round that ends removes what
+its failed attempts made besides instances (security groups, firewall rules) in every
+region but the cluster's, then tells the cluster those regions are clean; a region whose
+cleanup failed stays in the record, for the teardown.
+
 Cancellation (the launch was cancelled, or the managed job that started it) is not a
 failed attempt: the nodes the cut-short attempt may have made are removed, the permit
 is given back, and the cancellation propagates.
@@ -26,11 +32,17 @@ is given back, and the cancellation propagates.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 
 from pydantic import BaseModel, Field
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    is_cancelled_exception,
+)
 
 with workflow.unsafe.imports_passed_through():
     from activities.provision import (
@@ -38,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         ProvisionRequest,
         WaitGoneRequest,
         check_quota,
+        cleanup_ports,
         get_cluster_info,
         run_instances,
         stop_instances,
@@ -57,7 +70,13 @@ with workflow.unsafe.imports_passed_through():
         record_failure,
         retry_backoff_s,
     )
-    from orch.records import FAILOVER_WORKFLOW, PROGRESS_SIGNAL, LaunchProgress, Placement
+    from orch.records import (
+        FAILOVER_WORKFLOW,
+        PROGRESS_SIGNAL,
+        CloudRegion,
+        LaunchProgress,
+        Placement,
+    )
     from orch.spec import Resources, Task
     from orch.spec_resource_fields import image_for
     from orch.summaries import attempt_line, attempt_phrase, instances_call, provision_call
@@ -78,6 +97,7 @@ ROUNDS_PER_RUN = 10  # --retry-until-up rounds per workflow run, then continue-a
 # workflow.patched ids: a changed command sequence for histories recorded before it.
 RETRY_LIMIT_PATCH = "failover-retry-limit"  # unblocked failures count; throttling backs off
 CONTINUE_AS_NEW_PATCH = "failover-continue-as-new"  # retry-until-up rounds continue-as-new
+CLEAN_REGIONS_PATCH = "failover-clean-regions"  # a round ends by cleaning its regions
 
 
 def _resources_of(task: Task, candidate: Candidate) -> Resources:
@@ -125,6 +145,8 @@ class FailoverWorkflow:
         self.blocklist = Blocklist()
         self.retries = Retries()  # this round's failures that blocked nothing, per place
         self.backoff_s = 0  # set by a throttled attempt: wait, without a permit, then go on
+        self.touched: list[CloudRegion] = []  # regions this round reported (and may clean)
+        self.created: list[CloudRegion] = []  # regions where this round called run_instances
 
     @workflow.query
     def attempts(self) -> list[FailoverAttempt]:
@@ -142,12 +164,17 @@ class FailoverWorkflow:
             await self._report(request, "got a launch permit", waiting_for_permit=False)
             try:
                 output = await self._round(request)
+            except asyncio.CancelledError:
+                await self._clean_regions(request, keep=None)
+                raise
             finally:
                 await permit.release()
+            if output is not None or not self.backoff_s:  # the round is over
+                await self._clean_regions(request, keep=output.placement if output else None)
             if output is not None:
                 return output
             if self.backoff_s:
-                await self._back_off()
+                await self._back_off(request)
                 continue  # the same round goes on: its blocklist and retry counts stay
             if not request.retry_until_up:
                 raise ApplicationError(
@@ -179,12 +206,17 @@ class FailoverWorkflow:
             workflow.continue_as_new(request.model_copy(
                 update={"rounds": rounds, "attempts": self.log}))
 
-    async def _back_off(self) -> None:
-        """The cloud throttled us: wait on a durable timer (no permit held), then retry."""
+    async def _back_off(self, request: FailoverInput) -> None:
+        """The cloud throttled us: wait on a durable timer (no permit held), then retry. A
+        cancel meanwhile ends the round: its regions are cleaned."""
         delay, self.backoff_s = self.backoff_s, 0
         self._show(f"throttled: backing off {delay} s before trying again, no launch permit "
                    "held meanwhile")
-        await workflow.sleep(timedelta(seconds=delay))
+        try:
+            await workflow.sleep(timedelta(seconds=delay))
+        except asyncio.CancelledError:
+            await self._clean_regions(request, keep=None)
+            raise
 
     async def _round(self, request: FailoverInput) -> FailoverOutput | None:
         """Try candidates, asking the optimizer again after each failure, until one
@@ -253,9 +285,12 @@ class FailoverWorkflow:
             where = " ".join(filter(None, [candidate.cloud, candidate.region, zone,
                                            candidate.instance_type,
                                            "spot" if candidate.use_spot else None]))
+            here = CloudRegion(cloud=candidate.cloud, region=candidate.region)
+            if here not in self.touched:
+                self.touched.append(here)
             await self._report(request, f"provisioning on {where}"
                                + (f" (${candidate.price_per_hour:.2f}/h)"
-                                  if candidate.price_per_hour else ""))
+                                  if candidate.price_per_hour else ""), touched=here)
             # A cancel waits for the call in flight to end before the cleanup: instances a
             # RunInstances still under way creates after the terminate would leak. A call
             # that then returns normally does not raise the cancel: _stop_if_cancelled does.
@@ -266,6 +301,8 @@ class FailoverWorkflow:
                     check_quota, provision, **PROVIDER_CALL, cancellation_type=wait_for_it,
                     summary=provision_call("quota", config, cloud))
                 _stop_if_cancelled()
+                if here not in self.created:
+                    self.created.append(here)
                 await workflow.execute_activity(
                     run_instances, provision, **PROVIDER_CALL, cancellation_type=wait_for_it,
                     summary=provision_call("create", config, cloud))
@@ -294,6 +331,7 @@ class FailoverWorkflow:
                         raise  # a partial cluster we cannot remove: stop here, say so
                     # The cloud rejects us altogether (credentials): nothing was created
                     # by calls it refused, and nothing can be cleaned with it.
+                    self.created = [r for r in self.created if r != here]
                     await self._report(request, f"{where}: no cleanup possible "
                                                 f"({self.log.recent[-1].error_type})")
                 if scope in (BlockScope.REGION, BlockScope.CLOUD) or self.backoff_s:
@@ -328,13 +366,53 @@ class FailoverWorkflow:
         workflow.set_current_details("\n\n".join(lines))
 
     async def _report(self, request: FailoverInput, step: str,
-                      waiting_for_permit: bool | None = None) -> None:
+                      waiting_for_permit: bool | None = None, touched: CloudRegion | None = None,
+                      cleaned: list[CloudRegion] | None = None) -> None:
         workflow.logger.info("%s", step)
         self._show(step)
         if request.report_to:
             await workflow.get_external_workflow_handle(request.report_to).signal(
-                PROGRESS_SIGNAL, LaunchProgress(step=step, waiting_for_permit=waiting_for_permit)
-            )
+                PROGRESS_SIGNAL, LaunchProgress(step=step, waiting_for_permit=waiting_for_permit,
+                                                touched=touched, cleaned=cleaned or []))
+
+    async def _clean_regions(self, request: FailoverInput, keep: Placement | None) -> None:
+        """The round is over: remove what its attempts made besides instances (security
+        groups, firewall rules; their instances are gone already) in every region it
+        created in but ``keep``'s, the cluster's, and tell the cluster's workflow which
+        regions hold nothing of it any more. A region whose cleanup fails stays in the
+        cluster's record: its teardown cleans it. A cluster that was up keeps its
+        stopped nodes, and so their network."""
+        touched, created, self.touched, self.created = self.touched, self.created, [], []
+        if request.was_up or not touched or not workflow.patched(CLEAN_REGIONS_PATCH):
+            return
+        cleaned = [
+            place for place in touched
+            if (keep is None or (keep.cloud, keep.region) != (place.cloud, place.region))
+            and (place not in created or await self._clean_region(request, place))
+        ]
+        if not cleaned:
+            return
+        # The cluster's workflow may be gone (terminated, which is what cancelled us).
+        with contextlib.suppress(FailureError):
+            await self._report(request, "cleaned up after the failed attempts in "
+                               + ", ".join(f"{p.cloud} {p.region}" for p in cleaned),
+                               cleaned=cleaned)
+
+    async def _clean_region(self, request: FailoverInput, place: CloudRegion) -> bool:
+        """Whether ``place`` holds nothing of the cluster any more (its instances are
+        gone: only its security group or firewall rule may be left)."""
+        instances = InstancesRequest(cloud=place.cloud, region=place.region,
+                                     cluster_name=request.name_on_cloud or request.cluster_name)
+        try:
+            await workflow.execute_activity(
+                cleanup_ports, instances, **CLOUD_CALL,
+                summary=f"remove the security groups and firewall rules of "
+                        f"{request.cluster_name} in {place.cloud} {place.region}")
+        except ActivityError as err:
+            self._show(f"cleanup of {place.cloud} {place.region} left for the teardown: "
+                       f"{error_message(err)}")
+            return False
+        return True
 
     async def _remove_partial(self, instances: InstancesRequest, was_up: bool) -> None:
         """Partial nodes must be gone (or stopped) before the next candidate is tried."""

@@ -5,6 +5,11 @@ cannot be reached must not fail the teardown (SkyPilot's bug, where ``run_on_hea
 raised "Failed to get head ip" for a cluster already gone). Instances are then found by
 the cluster's tags, not by the record, so half-provisioned clusters are covered; we
 query until every one is stopped or terminated, then clean up ports.
+
+A terminate also empties every other region the cluster's launches touched (its record's
+``regions``: failed candidates, a launch that failed everywhere), in the same three steps,
+so that no instance, security group, firewall rule or key pair of theirs is left behind;
+a cluster that was never provisioned but has such regions is cleaned all the same.
 """
 
 from __future__ import annotations
@@ -23,9 +28,18 @@ with workflow.unsafe.imports_passed_through():
     )
     from orch.clouds.base import InstanceStatus
     from orch.contracts.runtime import STOP_RAY, NodesRequest
-    from orch.records import TEARDOWN_WORKFLOW, TeardownInput, TeardownResult
+    from orch.records import TEARDOWN_WORKFLOW, CloudRegion, TeardownInput, TeardownResult
     from orch.summaries import instances_call, on_nodes
     from workflows.options import BEST_EFFORT, LONG_CALL, PROVIDER_CALL, error_message
+
+
+def other_regions(request: TeardownInput) -> list[CloudRegion]:
+    """The regions to empty besides the placement's (a terminate only), each once."""
+    if not request.terminate:
+        return []
+    placement = request.placement
+    return [r for r in dict.fromkeys(request.regions)
+            if placement is None or (r.cloud, r.region) != (placement.cloud, placement.region)]
 
 
 @workflow.defn(name=TEARDOWN_WORKFLOW)
@@ -33,7 +47,8 @@ class TeardownWorkflow:
     @workflow.run
     async def run(self, request: TeardownInput) -> TeardownResult:
         name, verb = request.cluster_name, "terminated" if request.terminate else "stopped"
-        if request.placement is None:
+        others = other_regions(request)
+        if request.placement is None and not others:
             return TeardownResult(
                 message=f"Cluster {name} was never provisioned: nothing to tear down."
             )
@@ -48,12 +63,31 @@ class TeardownWorkflow:
                 )
             except ActivityError as err:
                 warnings.append(f"ray stop skipped: {error_message(err)}")
-        instances = InstancesRequest(
-            cloud=request.placement.cloud, region=request.placement.region,
-            cluster_name=request.cloud_name,
-        )
+        found: list[str] = []
+        if request.placement is not None:
+            found += await self._empty(request, request.placement.cloud,
+                                       request.placement.region)
+        for place in others:
+            found += await self._empty(request, place.cloud, place.region)
+        if request.placement is None:
+            where = ", ".join(f"{r.cloud} {r.region}" for r in others)
+            message = (f"Cluster {name} was never provisioned: cleaned up after its launch "
+                       f"attempts in {where}" + (f", {len(found)} instance(s) terminated."
+                                                 if found else "."))
+        elif not found:
+            cloud = request.placement.cloud
+            message = f"Cluster {name} had no instances on {cloud}: nothing to do."
+        else:
+            message = f"Cluster {name}: {len(found)} instance(s) {verb}."
+        workflow.set_current_details(f"**Done:** {message}")
+        return TeardownResult(message=message, instances=found, warnings=warnings)
+
+    async def _empty(self, request: TeardownInput, cloud: str, region: str) -> list[str]:
+        """Stop or terminate the cluster's instances in one region and wait until they
+        are; a terminate then removes its security groups and firewall rules there."""
+        name, verb = request.cluster_name, "terminated" if request.terminate else "stopped"
+        instances = InstancesRequest(cloud=cloud, region=region, cluster_name=request.cloud_name)
         action = terminate_instances if request.terminate else stop_instances
-        cloud, region = request.placement.cloud, request.placement.region
         call = instances_call("terminate" if request.terminate else "stop", cloud, region, name)
         workflow.set_current_details(f"**Now:** {call}")
         found = await workflow.execute_activity(action, instances, **PROVIDER_CALL, summary=call)
@@ -71,9 +105,4 @@ class TeardownWorkflow:
             await workflow.execute_activity(
                 cleanup_ports, instances, **PROVIDER_CALL,
                 summary=f"remove the firewall rules of {name} in {region}")
-        if not found:
-            message = f"Cluster {name} had no instances on {cloud}: nothing to do."
-        else:
-            message = f"Cluster {name}: {len(found)} instance(s) {verb}."
-        workflow.set_current_details(f"**Done:** {message}")
-        return TeardownResult(message=message, instances=found, warnings=warnings)
+        return found

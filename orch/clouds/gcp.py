@@ -80,9 +80,10 @@ class GCPProvider:
 
     # -- lookups ------------------------------------------------------------------
     def _instances(
-        self, region: str, cloud_name: str, worker_only: bool = False
+        self, region: str | None, cloud_name: str, worker_only: bool = False
     ) -> list[dict[str, Any]]:
-        """Every instance of the cluster in the region, in any status, head first."""
+        """Every instance of the cluster in the region (None: in every region), in any
+        status, head first."""
         instances_api = self.api.compute().instances()
         request = instances_api.aggregatedList(
             project=self.api.project, filter=label_filter(cloud_name, worker_only)
@@ -91,7 +92,7 @@ class GCPProvider:
         while request is not None:
             page = self.api.get(request)
             for scope, items in page.get("items", {}).items():
-                if zone_in_region(last_segment(scope), region):
+                if region is None or zone_in_region(last_segment(scope), region):
                     found += items.get("instances", [])
             request = instances_api.aggregatedList_next(request, page)
         return sorted(found, key=node_order)
@@ -317,7 +318,13 @@ class GCPProvider:
                 project=project, firewall=rule, body=firewall_body(cloud_name, wanted))))
 
     def cleanup_ports(self, region: str, cluster_name: str) -> None:
-        rule = firewall_name(cloud_cluster_name(cluster_name))
+        """Delete the cluster's firewall rule once no instance of it is left in any region:
+        the rule is global, and a failover cleans a region it left while the cluster lives
+        on in another."""
+        cloud_name = cloud_cluster_name(cluster_name)
+        if self._instances(None, cloud_name):
+            return
+        rule = firewall_name(cloud_name)
         operation = self.api.call(
             self.api.compute().firewalls().delete(project=self.api.project, firewall=rule),
             tolerate={"notFound"},

@@ -24,19 +24,36 @@ import pytest
 import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from orch.clouds.aws import AWSProvider
 from orch.clouds.base import TAG_CLUSTER
+from orch.records import (
+    PROGRESS_SIGNAL,
+    ClusterInput,
+    ClusterRecord,
+    DownRequest,
+    LaunchProgress,
+    LaunchRequest,
+    TeardownResult,
+)
 from orch.semaphore import LAUNCH_SEMAPHORE_ID, REQUEST_PERMIT_ACTIVITY, SemaphoreSettings
+from orch.spec import Task
 from tests.clouds.aws.conftest import aws_env, front, moto_url  # noqa: F401 (fixtures)
 from tests.fakes.ec2_fault_front import EC2FaultFront
 from tests.workflows.conftest import dev_server  # noqa: F401 (the fixture)
 from workers.registry import PLAIN_ACTIVITIES, WORKFLOWS, client_activities
 from workflows import options
+from workflows.cluster import ClusterWorkflow
+from workflows.failover import FailoverInput, FailoverOutput, FailoverWorkflow
 
 # Regions and zones that both orch's catalog (m6id.large) and moto know.
 EAST_1, EAST_2 = "us-east-1", "us-east-2"
@@ -100,21 +117,30 @@ async def stop_launch_semaphore(client: Client) -> None:
             await semaphore.terminate("test over")
 
 
+@contextlib.asynccontextmanager
+async def real_worker(env: WorkflowEnvironment, cloud: str, **options: Any
+                      ) -> AsyncIterator[str]:
+    """A worker with orch's workflows and real activities (``options``: more of the
+    Worker's); yields its task queue."""
+    queue = f"{cloud}-{uuid.uuid4().hex[:8]}"
+    client = env.client
+    activities = PLAIN_ACTIVITIES + client_activities(client, SemaphoreSettings())
+    with ThreadPoolExecutor(max_workers=8) as executor:
+        async with Worker(client, task_queue=queue, workflows=WORKFLOWS,
+                          activities=activities, activity_executor=executor, **options):
+            yield queue
+    await stop_launch_semaphore(client)
+
+
 @pytest_asyncio.fixture
 async def task_queue(
     time_skipping_env: WorkflowEnvironment,
     aws_env: EC2FaultFront,  # noqa: F811 (the imported fixture)
     orch_home: Path,
 ) -> AsyncIterator[str]:
-    """A worker with orch's workflows and real activities; yields its task queue."""
-    queue = f"aws-{uuid.uuid4().hex[:8]}"
-    client = time_skipping_env.client
-    activities = PLAIN_ACTIVITIES + client_activities(client, SemaphoreSettings())
-    with ThreadPoolExecutor(max_workers=8) as executor:
-        async with Worker(client, task_queue=queue, workflows=WORKFLOWS,
-                          activities=activities, activity_executor=executor):
-            yield queue
-    await stop_launch_semaphore(client)
+    """A worker on moto's EC2 (through the fault front); yields its task queue."""
+    async with real_worker(time_skipping_env, "aws") as queue:
+        yield queue
 
 
 async def activity_runs(handle: WorkflowHandle[Any, Any]
@@ -165,14 +191,65 @@ async def real_time_queue(
     """Like ``task_queue``, on a dev server of the test's own (real time: a heartbeat
     timeout is a real one), heartbeating to the server at least every 0.5 s (the SDK's
     default throttle, 0.8 x the timeout, would leave no margin)."""
-    queue = f"real-{uuid.uuid4().hex[:8]}"
-    client = dev_server.client
-    with ThreadPoolExecutor(max_workers=8) as executor:
-        async with Worker(client, task_queue=queue, workflows=WORKFLOWS,
-                          activities=PLAIN_ACTIVITIES + client_activities(
-                              client, SemaphoreSettings()),
-                          activity_executor=executor,
-                          max_heartbeat_throttle_interval=timedelta(seconds=0.5),
-                          default_heartbeat_throttle_interval=timedelta(seconds=0.5)):
-            yield queue
-    await stop_launch_semaphore(client)
+    async with real_worker(dev_server, "real",
+                           max_heartbeat_throttle_interval=timedelta(seconds=0.5),
+                           default_heartbeat_throttle_interval=timedelta(seconds=0.5)) as queue:
+        yield queue
+
+
+class Clusters:
+    """ClusterWorkflows on the test's task queue, driven as the client drives them; any
+    still running at the end is terminated (a workflow left with a timer and no worker
+    would stall the time-skipping server)."""
+
+    def __init__(self, env: WorkflowEnvironment, task_queue: str) -> None:
+        self.env, self.task_queue = env, task_queue
+        self.started: list[WorkflowHandle[Any, Any]] = []
+
+    async def start(self, name: str) -> WorkflowHandle[Any, Any]:
+        handle = await self.env.client.start_workflow(
+            ClusterWorkflow.run, ClusterInput(name=name, publish_search_attributes=False),
+            id=f"cluster/{name}-{uuid.uuid4().hex[:6]}", task_queue=self.task_queue)
+        self.started.append(handle)
+        return handle
+
+    async def fail_over(self, cluster: WorkflowHandle[Any, Any], task: Task) -> FailoverOutput:
+        """A launch's failover, reporting to the cluster's workflow; then what the launch
+        tells the cluster next (where it is; not its nodes, whose sshd does not exist, so
+        the teardown's ray stop has nothing to try)."""
+        name = (await self.record(cluster)).name
+        output: FailoverOutput = await self.env.client.execute_workflow(
+            FailoverWorkflow.run, FailoverInput(cluster_name=name, task=task,
+                                                report_to=cluster.id),
+            id=f"{cluster.id}/failover", task_queue=self.task_queue)
+        await cluster.signal(PROGRESS_SIGNAL, LaunchProgress(step="waiting for nodes",
+                                                             placement=output.placement))
+        return output
+
+    async def launch_fails(self, cluster: WorkflowHandle[Any, Any], task: Task) -> None:
+        with pytest.raises(WorkflowUpdateFailedError):
+            await cluster.execute_update(ClusterWorkflow.launch, LaunchRequest(task=task))
+
+    @staticmethod
+    async def record(cluster: WorkflowHandle[Any, Any]) -> ClusterRecord:
+        state: ClusterRecord = await cluster.query(ClusterWorkflow.record)
+        return state
+
+    @staticmethod
+    async def down(cluster: WorkflowHandle[Any, Any]) -> TeardownResult:
+        result: TeardownResult = await cluster.execute_update(ClusterWorkflow.down,
+                                                              DownRequest())
+        return result
+
+    async def close(self) -> None:
+        for handle in self.started:
+            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                await handle.terminate("test over")
+
+
+@pytest_asyncio.fixture
+async def clusters(time_skipping_env: WorkflowEnvironment, task_queue: str
+                   ) -> AsyncIterator[Clusters]:
+    started = Clusters(time_skipping_env, task_queue)
+    yield started
+    await started.close()

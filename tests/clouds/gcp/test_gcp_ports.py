@@ -31,6 +31,14 @@ def test_firewall_lifecycle(fake: GCPComputeFake, provider: GCPProvider,
     provider.open_ports(REGION, "c1", ["8080"])  # already open: nothing to change
     assert len(fake.calls("firewalls.patch")) == 1
 
+    provider.cleanup_ports("us-east1", "c1")  # the rule is global: the head still uses it
+    assert list(fake.firewalls()) == ["orch-c1-ports"]
+    provider.terminate_instances(REGION, "c1")
+    for _ in range(5):  # the delete moves the head to STOPPING, then gone, one step per read
+        if not provider.query_instances(REGION, "c1"):
+            break
+    assert provider.query_instances(REGION, "c1") == {}
+
     provider.cleanup_ports(REGION, "c1")
     assert fake.firewalls() == {}
     provider.cleanup_ports(REGION, "c1")  # a second cleanup finds nothing, and is fine
