@@ -6,7 +6,6 @@ import os
 import time
 from collections.abc import Callable
 
-from pydantic import BaseModel
 from temporalio import activity
 
 from activities.errors import typed_errors
@@ -15,9 +14,22 @@ from orch.clouds import get_provider
 from orch.clouds.base import (
     ClusterInfo,
     InstanceStatus,
-    ProvisionConfig,
     ProvisionRecord,
     StateCheck,
+)
+from orch.contracts.provision import (
+    CHECK_QUOTA,
+    CLEANUP_PORTS,
+    GET_CLUSTER_INFO,
+    QUERY_INSTANCES,
+    RUN_INSTANCES,
+    STOP_INSTANCES,
+    TERMINATE_INSTANCES,
+    WAIT_INSTANCES_GONE,
+    WAIT_RUNNING,
+    InstancesRequest,
+    ProvisionRequest,
+    WaitGoneRequest,
 )
 from orch.ssh_keys import ensure_key_pair
 from orch.waiting import resumed, state_check, wait_until
@@ -27,35 +39,14 @@ from orch.waiting import resumed, state_check, wait_until
 RUNNING_TIMEOUT_S = 900.0
 
 
-class ProvisionRequest(BaseModel):
-    cloud: str
-    config: ProvisionConfig
-
-
-class InstancesRequest(BaseModel):
-    cloud: str
-    region: str
-    cluster_name: str
-    worker_only: bool = False
-
-
-class WaitGoneRequest(BaseModel):
-    """Poll until no instance is left in a state other than ``target`` (STOPPED), or none at
-    all when ``target`` is None (terminated)."""
-
-    instances: InstancesRequest
-    target: InstanceStatus | None = None
-    timeout_s: float = 600
-
-
-@activity.defn
+@activity.defn(name=CHECK_QUOTA)
 @typed_errors
 @heartbeating
 def check_quota(request: ProvisionRequest) -> None:
     get_provider(request.cloud).check_quota(request.config)
 
 
-@activity.defn
+@activity.defn(name=RUN_INSTANCES)
 @typed_errors
 @heartbeating
 def run_instances(request: ProvisionRequest) -> ProvisionRecord:
@@ -73,7 +64,7 @@ def wait_for(what: str, check: Callable[[], StateCheck], timeout_s: float) -> No
         wait_until(check, progress, timeout_s, lambda p: beats.update(p.model_dump()))
 
 
-@activity.defn
+@activity.defn(name=WAIT_RUNNING)
 @typed_errors
 def wait_running(request: InstancesRequest) -> None:
     region, cluster = request.region, request.cluster_name
@@ -87,7 +78,7 @@ def use_internal_ips() -> bool:
     return os.environ.get("ORCH_SSH_USE_INTERNAL_IPS", "") not in ("", "0", "false")
 
 
-@activity.defn
+@activity.defn(name=GET_CLUSTER_INFO)
 @typed_errors
 @heartbeating
 def get_cluster_info(request: InstancesRequest) -> ClusterInfo:
@@ -105,14 +96,14 @@ def get_cluster_info(request: InstancesRequest) -> ClusterInfo:
     return info.model_copy(update={"nodes": nodes})
 
 
-@activity.defn
+@activity.defn(name=QUERY_INSTANCES)
 @typed_errors
 @heartbeating
 def query_instances(request: InstancesRequest) -> dict[str, InstanceStatus]:
     return get_provider(request.cloud).query_instances(request.region, request.cluster_name)
 
 
-@activity.defn
+@activity.defn(name=STOP_INSTANCES)
 @typed_errors
 @heartbeating
 def stop_instances(request: InstancesRequest) -> list[str]:
@@ -122,7 +113,7 @@ def stop_instances(request: InstancesRequest) -> list[str]:
     return found
 
 
-@activity.defn
+@activity.defn(name=TERMINATE_INSTANCES)
 @typed_errors
 @heartbeating
 def terminate_instances(request: InstancesRequest) -> list[str]:
@@ -133,7 +124,7 @@ def terminate_instances(request: InstancesRequest) -> list[str]:
     return found
 
 
-@activity.defn
+@activity.defn(name=WAIT_INSTANCES_GONE)
 @typed_errors
 def wait_instances_gone(request: WaitGoneRequest) -> None:
     """Query until stopped (or terminated), heartbeating; a bounded wait that names the
@@ -152,7 +143,7 @@ def wait_instances_gone(request: WaitGoneRequest) -> None:
     wait_for(f"{instances.cluster_name} {goal} in {instances.region}", check, request.timeout_s)
 
 
-@activity.defn
+@activity.defn(name=CLEANUP_PORTS)
 @typed_errors
 @heartbeating
 def cleanup_ports(request: InstancesRequest) -> None:

@@ -37,8 +37,8 @@ from temporalio.exceptions import (
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.provision import InstancesRequest, query_instances
     from orch.clouds.base import InstanceStatus
+    from orch.contracts.provision import QUERY_INSTANCES, InstancesRequest
     from orch.contracts.runtime import (
         JOBS_ACTIVITY,
         RAY_HEALTHY,
@@ -625,10 +625,10 @@ class ClusterWorkflow:
         if placement is None or self.state.status == ClusterStatus.TERMINATED:
             return
         found = await workflow.execute_activity(
-            query_instances,
+            QUERY_INSTANCES,
             InstancesRequest(cloud=placement.cloud, region=placement.region,
                              cluster_name=self.state.cloud_name),
-            **PROVIDER_CALL,
+            result_type=dict[str, InstanceStatus], **PROVIDER_CALL,
             summary="refresh: " + instances_call("describe", placement.cloud, placement.region,
                                                  self.state.name),
         )

@@ -45,22 +45,22 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from activities.provision import (
-        InstancesRequest,
-        ProvisionRequest,
-        WaitGoneRequest,
-        check_quota,
-        cleanup_ports,
-        get_cluster_info,
-        run_instances,
-        stop_instances,
-        terminate_instances,
-        wait_instances_gone,
-        wait_running,
-    )
     from orch.clouds.base import ClusterInfo, InstanceStatus, ProvisionConfig
     from orch.clouds.errors import BlockScope
     from orch.contracts.plan import PLAN_CANDIDATES, PlanRequest
+    from orch.contracts.provision import (
+        CHECK_QUOTA,
+        CLEANUP_PORTS,
+        GET_CLUSTER_INFO,
+        RUN_INSTANCES,
+        STOP_INSTANCES,
+        TERMINATE_INSTANCES,
+        WAIT_INSTANCES_GONE,
+        WAIT_RUNNING,
+        InstancesRequest,
+        ProvisionRequest,
+        WaitGoneRequest,
+    )
     from orch.failover_rules import (
         AttemptLog,
         Blocklist,
@@ -298,22 +298,23 @@ class FailoverWorkflow:
             cloud, region = candidate.cloud, candidate.region
             try:
                 await workflow.execute_activity(
-                    check_quota, provision, **PROVIDER_CALL, cancellation_type=wait_for_it,
+                    CHECK_QUOTA, provision, **PROVIDER_CALL, cancellation_type=wait_for_it,
                     summary=provision_call("quota", config, cloud))
                 _stop_if_cancelled()
                 if here not in self.created:
                     self.created.append(here)
                 await workflow.execute_activity(
-                    run_instances, provision, **PROVIDER_CALL, cancellation_type=wait_for_it,
+                    RUN_INSTANCES, provision, **PROVIDER_CALL, cancellation_type=wait_for_it,
                     summary=provision_call("create", config, cloud))
                 _stop_if_cancelled()
                 await workflow.execute_activity(
-                    wait_running, instances, **LONG_CALL, cancellation_type=wait_for_it,
+                    WAIT_RUNNING, instances, **LONG_CALL, cancellation_type=wait_for_it,
                     summary=instances_call("describe", cloud, region, request.cluster_name)
                     + " until running")
                 _stop_if_cancelled()
                 info = await workflow.execute_activity(
-                    get_cluster_info, instances, **PROVIDER_CALL, cancellation_type=wait_for_it,
+                    GET_CLUSTER_INFO, instances, result_type=ClusterInfo, **PROVIDER_CALL,
+                    cancellation_type=wait_for_it,
                     summary=instances_call("describe", cloud, region, request.cluster_name)
                     + ": addresses")
                 _stop_if_cancelled()
@@ -405,7 +406,7 @@ class FailoverWorkflow:
                                      cluster_name=request.name_on_cloud or request.cluster_name)
         try:
             await workflow.execute_activity(
-                cleanup_ports, instances, **CLOUD_CALL,
+                CLEANUP_PORTS, instances, **PROVIDER_CALL,
                 summary=f"remove the security groups and firewall rules of "
                         f"{request.cluster_name} in {place.cloud} {place.region}")
         except ActivityError as err:
@@ -419,14 +420,14 @@ class FailoverWorkflow:
         step = "stop" if was_up else "terminate"
         call = instances_call(step, instances.cloud, instances.region, instances.cluster_name)
         if was_up:
-            await workflow.execute_activity(stop_instances, instances, **PROVIDER_CALL,
-                                            summary=f"{call}: partial nodes")
+            await workflow.execute_activity(STOP_INSTANCES, instances, result_type=list[str],
+                                            **PROVIDER_CALL, summary=f"{call}: partial nodes")
             target: InstanceStatus | None = InstanceStatus.STOPPED
         else:
-            await workflow.execute_activity(terminate_instances, instances, **PROVIDER_CALL,
-                                            summary=f"{call}: partial nodes")
+            await workflow.execute_activity(TERMINATE_INSTANCES, instances, result_type=list[str],
+                                            **PROVIDER_CALL, summary=f"{call}: partial nodes")
             target = None
         await workflow.execute_activity(
-            wait_instances_gone, WaitGoneRequest(instances=instances, target=target),
+            WAIT_INSTANCES_GONE, WaitGoneRequest(instances=instances, target=target),
             **LONG_CALL, summary=f"{call}: wait until {'stopped' if was_up else 'gone'}",
         )

@@ -18,15 +18,15 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.provision import (
+    from orch.clouds.base import InstanceStatus
+    from orch.contracts.provision import (
+        CLEANUP_PORTS,
+        STOP_INSTANCES,
+        TERMINATE_INSTANCES,
+        WAIT_INSTANCES_GONE,
         InstancesRequest,
         WaitGoneRequest,
-        cleanup_ports,
-        stop_instances,
-        terminate_instances,
-        wait_instances_gone,
     )
-    from orch.clouds.base import InstanceStatus
     from orch.contracts.runtime import STOP_RAY, NodesRequest
     from orch.records import TEARDOWN_WORKFLOW, CloudRegion, TeardownInput, TeardownResult
     from orch.summaries import instances_call, on_nodes
@@ -87,14 +87,15 @@ class TeardownWorkflow:
         are; a terminate then removes its security groups and firewall rules there."""
         name, verb = request.cluster_name, "terminated" if request.terminate else "stopped"
         instances = InstancesRequest(cloud=cloud, region=region, cluster_name=request.cloud_name)
-        action = terminate_instances if request.terminate else stop_instances
+        action = TERMINATE_INSTANCES if request.terminate else STOP_INSTANCES
         call = instances_call("terminate" if request.terminate else "stop", cloud, region, name)
         workflow.set_current_details(f"**Now:** {call}")
-        found = await workflow.execute_activity(action, instances, **PROVIDER_CALL, summary=call)
+        found = await workflow.execute_activity(action, instances, result_type=list[str],
+                                                **PROVIDER_CALL, summary=call)
         workflow.set_current_details(f"**Now:** waiting until {len(found)} instance(s) are "
                                      f"{verb}")
         await workflow.execute_activity(
-            wait_instances_gone,
+            WAIT_INSTANCES_GONE,
             WaitGoneRequest(
                 instances=instances, target=None if request.terminate else InstanceStatus.STOPPED
             ),
@@ -103,6 +104,6 @@ class TeardownWorkflow:
         )
         if request.terminate:
             await workflow.execute_activity(
-                cleanup_ports, instances, **PROVIDER_CALL,
+                CLEANUP_PORTS, instances, **PROVIDER_CALL,
                 summary=f"remove the firewall rules of {name} in {region}")
         return found

@@ -22,9 +22,9 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.provision import InstancesRequest, ProvisionRequest, WaitGoneRequest
 from orch.clouds.base import ClusterInfo, InstanceStatus, NodeInfo, ProvisionRecord
 from orch.contracts.plan import PlanRequest
+from orch.contracts.provision import InstancesRequest, ProvisionRequest, WaitGoneRequest
 from orch.contracts.runtime import (
     HealthRequest,
     JobsActivity,
