@@ -91,7 +91,9 @@ class _Steps(threading.Thread):
             self.current = " ".join(step[:2])
             result = self.cli(*step, check=False, timeout=COMMAND_TIMEOUT_S)
             if result.returncode != 0 and self.restarted.wait(COMMAND_TIMEOUT_S):
-                self.retried.append(f"{self.current} (exit {result.returncode})")
+                said = (result.stdout + result.stderr).strip().splitlines()[-3:]
+                self.retried.append(f"{self.current} (exit {result.returncode}: "
+                                    f"{' / '.join(said)[-300:]})")
                 self.cli(*step, check=False, timeout=COMMAND_TIMEOUT_S)
         self.current = ""
 
