@@ -63,6 +63,14 @@ RECONNECT_S = 2.0  # between tries while the control plane does not answer
 UNREACHABLE = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
 
 
+def unreachable(err: RPCError) -> bool:
+    """Whether the server could not be reached (rather than answering with an error): a
+    refused or cut connection comes as UNAVAILABLE, or as UNKNOWN "transport error" when the
+    server dies mid-call."""
+    return err.status in UNREACHABLE or (
+        err.status == RPCStatusCode.UNKNOWN and "transport error" in str(err))
+
+
 async def update_result(update: WorkflowUpdateHandle[Any],
                         on_step: Callable[[str], None] | None) -> Any:
     """The update's outcome, however long the server is away meanwhile: the operation
@@ -73,7 +81,7 @@ async def update_result(update: WorkflowUpdateHandle[Any],
         try:
             outcome = await update.result()
         except RPCError as err:
-            if err.status not in UNREACHABLE:
+            if not unreachable(err):
                 raise
             if not away and on_step is not None:
                 on_step("the control plane is not answering: waiting for it to come back "
