@@ -85,14 +85,3 @@ def wait_until(
 def state_check(provider: Provider, region: str, cluster_name: str,
                 state: InstanceStatus) -> Callable[[], StateCheck]:
     return lambda: provider.check_instances(region, cluster_name, state)
-
-
-def wait_for_state(
-    provider: Provider, region: str, cluster_name: str, state: InstanceStatus,
-    timeout_s: float, *, first_gap_s: float = FIRST_GAP_S, max_gap_s: float = MAX_GAP_S,
-) -> WaitProgress:
-    """Wait, without reporting, until every instance of the cluster is in ``state``: for
-    callers outside an activity (tests, scripts)."""
-    progress = WaitProgress(what=f"{cluster_name} {state} in {region}", since=time.time())
-    return wait_until(state_check(provider, region, cluster_name, state), progress,
-                      timeout_s, lambda _: None, first_gap_s=first_gap_s, max_gap_s=max_gap_s)
