@@ -28,6 +28,7 @@ from orch.secret import clear_values
 from orch.status import JobStatus
 
 READ_WAIT_S = 0.5
+HEAD_PIN = 0.001  # of the head's node:<ip> resource (1.0 per node): any number of jobs fit
 
 
 def node_environment(spec: JobSpec, node_ips: list[str], rank: int) -> dict[str, str]:
@@ -131,9 +132,17 @@ class Driver:
             self.emit(rank, f"[orch] lost the command on this node: {exc}")
             self.return_codes.setdefault(rank, 1)
 
-    def run(self) -> JobStatus:
+    def bundles(self) -> list[dict[str, float]]:
+        """One bundle per node; the first is pinned to the head through Ray's own
+        ``node:<ip>`` resource, so rank 0 is the head and a one-node job on a multi-node
+        cluster always runs there (issue 12: users read rank 0's output as the head's).
+        SkyPilot's plain STRICT_SPREAD bundles leave that to Ray's choice."""
         bundle = {"CPU": self.spec.cpus_per_node}
-        group = placement_group([bundle] * self.spec.num_nodes, strategy="STRICT_SPREAD")
+        head = {**bundle, f"node:{self.spec.cluster_ips[0]}": HEAD_PIN}
+        return [head] + [bundle] * (self.spec.num_nodes - 1)
+
+    def run(self) -> JobStatus:
+        group = placement_group(self.bundles(), strategy="STRICT_SPREAD")
         ray.get(group.ready())  # PENDING until every node has room
         jobs.update(self.spec.id, status=JobStatus.RUNNING, started_at=jobs.now())
         actors = [

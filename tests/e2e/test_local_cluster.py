@@ -88,6 +88,11 @@ def test_two_clusters_and_down_of_one_leaves_the_other_running(orch: Orch) -> No
     assert all(marked_pids(h) for h in second_homes)
     result = orch("exec", "second", "--num-nodes", "2", "echo still $ORCH_NODE_RANK")
     assert "still 0" in result.stdout and "still 1" in result.stdout
+    # A one-node job on a multi-node cluster runs on the head, every time (SkyPilot's rule).
+    head_ip = Path(second_homes[0], "node.json").read_text().split('"ip": "')[1].split('"')[0]
+    for _ in range(4):
+        assert f"on {head_ip} as 0" in orch("exec", "second", "echo on $ORCH_NODE_IPS as "
+                                         "$ORCH_NODE_RANK").stdout
     orch("down", "-y", "second")
 
 
