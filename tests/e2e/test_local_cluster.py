@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -88,8 +89,8 @@ def test_two_clusters_and_down_of_one_leaves_the_other_running(orch: Orch) -> No
     assert all(marked_pids(h) for h in second_homes)
     result = orch("exec", "second", "--num-nodes", "2", "echo still $ORCH_NODE_RANK")
     assert "still 0" in result.stdout and "still 1" in result.stdout
-    # A one-node job on a multi-node cluster runs on the head, every time (SkyPilot's rule).
-    head_ip = Path(second_homes[0], "node.json").read_text().split('"ip": "')[1].split('"')[0]
+    # A one-node job on a multi-node cluster runs on the head, every time.
+    head_ip = json.loads(Path(second_homes[0], "node.json").read_text())["ip"]
     for _ in range(4):
         assert f"on {head_ip} as 0" in orch("exec", "second", "echo on $ORCH_NODE_IPS as "
                                          "$ORCH_NODE_RANK").stdout
