@@ -44,6 +44,13 @@ class LocalFile:
     size: int
 
 
+def key_prefix(prefix: str) -> str:
+    """A listing prefix: ``runs/1/`` for ``runs/1`` (so ``runs/10`` is not matched), empty
+    for the whole bucket."""
+    prefix = prefix.strip("/")
+    return f"{prefix}/" if prefix else ""
+
+
 def object_key(prefix: str, relative: str) -> str:
     prefix = prefix.strip("/")
     return f"{prefix}/{relative}" if prefix else relative

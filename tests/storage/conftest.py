@@ -4,6 +4,7 @@ set."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -11,7 +12,7 @@ import pytest
 
 from orch.storage import get_store
 from orch.storage.base import BucketRef, Store, StoreKind
-from tests.storage.servers import LocalHome
+from tests.storage.servers import Azurite, GCSEmulator, LocalHome, MotoS3
 
 # The multipart/resumable/block threshold the tests lower every store to, so that a 6 MiB
 # file takes the multi-part path (S3's smallest part is 5 MiB, and moto enforces it).
@@ -25,15 +26,48 @@ def local_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalHome]:
     home.stop()
 
 
-SERVER_FIXTURES = {StoreKind.LOCAL: "local_home"}
+@pytest.fixture(scope="session")
+def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
+    server = MotoS3(tmp_path_factory.mktemp("moto-s3"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSEmulator]:
+    server = GCSEmulator(tmp_path_factory.mktemp("gcs"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
+    server = Azurite(tmp_path_factory.mktemp("azurite"))
+    yield server
+    server.stop()
+
+
+SERVER_FIXTURES = {StoreKind.LOCAL: "local_home", StoreKind.S3: "moto_s3",
+                   StoreKind.GCS: "gcs_emulator", StoreKind.AZURE: "azurite"}
+# What a store reads from the environment: cleared first, so the machine's own settings
+# (a profile, an ADC file, a connection string) never reach a test.
+_STORE_VARIABLE_PREFIXES = ("AWS_", "GOOGLE_", "CLOUDSDK_", "STORAGE_EMULATOR", "AZURE_",
+                            "ORCH_CLOUD_IDENTITY")
+
+
+def use_server(server: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point stores at ``server`` through the environment only (as a worker would be)."""
+    for name in list(os.environ):
+        if name.startswith(_STORE_VARIABLE_PREFIXES):
+            monkeypatch.delenv(name)
+    for name, value in server.env.items():  # type: ignore[attr-defined]
+        monkeypatch.setenv(name, value)
 
 
 @pytest.fixture(params=list(SERVER_FIXTURES), ids=lambda kind: kind.value)
 def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Store:
     """Each store in turn, reaching its server through the environment only."""
-    server = request.getfixturevalue(SERVER_FIXTURES[request.param])
-    for name, value in server.env.items():
-        monkeypatch.setenv(name, value)
+    use_server(request.getfixturevalue(SERVER_FIXTURES[request.param]), monkeypatch)
     built = get_store(request.param)
     if hasattr(built, "part_size"):
         built.part_size = PART_SIZE

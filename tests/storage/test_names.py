@@ -105,7 +105,8 @@ def test_local_names_are_one_safe_directory(name: str, ok: bool) -> None:
 
 
 @pytest.mark.parametrize(("kind", "rule"), [
-    (StoreKind.LOCAL, local_name_problems),
+    (StoreKind.S3, s3_name_problems), (StoreKind.GCS, gcs_name_problems),
+    (StoreKind.AZURE, azure_container_problems), (StoreKind.LOCAL, local_name_problems),
 ])
 def test_each_store_validates_with_its_own_rules(kind: StoreKind, rule: object) -> None:
     store = get_store(kind)
