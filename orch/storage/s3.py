@@ -29,8 +29,10 @@ from typing import Any
 
 from boto3.s3.transfer import S3Transfer, TransferConfig
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 from orch.clouds.aws_credentials import new_session
+from orch.clouds.aws_errors import client_error_code
 from orch.settings import load_settings
 from orch.storage.base import (
     BucketRef,
@@ -40,7 +42,7 @@ from orch.storage.base import (
     UploadProgress,
     UploadReport,
 )
-from orch.storage.errors import AccessDenied, BadName, NameTaken, NoSuchBucket
+from orch.storage.errors import AccessDenied, BadName, NoSuchBucket
 from orch.storage.names import describe, s3_name_problems
 from orch.storage.s3_errors import s3_errors
 from orch.storage.upload import (
@@ -106,25 +108,30 @@ class S3Store:
     def create(self, bucket: BucketRef) -> bool:
         if problems := self.validate_name(bucket.name):
             raise BadName(describe("S3", bucket.name, problems), code="InvalidBucketName")
-        try:  # us-east-1 answers 200 to creating a bucket one already owns: ask first
-            if self.exists(bucket):
-                return False
-        except AccessDenied:
-            pass  # someone else's, or ours without HeadBucket: CreateBucket tells which
         region = self._region(bucket)
         request: dict[str, Any] = {"Bucket": bucket.name}
         if region != DEFAULT_REGION:
             request["CreateBucketConfiguration"] = {"LocationConstraint": region}
+        elif self._visible(bucket):  # us-east-1 answers 200 to re-creating one's own bucket
+            return False
         client = self._client(bucket)
-        try:
-            with s3_errors(bucket.name):
+        with s3_errors(bucket.name):
+            try:
                 client.create_bucket(**request)
-        except NameTaken as e:
-            if e.code == "BucketAlreadyOwnedByYou":
-                return False
-            raise
+            except ClientError as e:
+                if client_error_code(e) == "BucketAlreadyOwnedByYou":
+                    return False
+                raise  # BucketAlreadyExists: NameTaken
         self._abort_stale_uploads(client, bucket)
         return True
+
+    def _visible(self, bucket: BucketRef) -> bool:
+        """Whether these credentials see the bucket; a 403 (someone else's, or ours
+        without HeadBucket) leaves it to CreateBucket to say which."""
+        try:
+            return self.exists(bucket)
+        except AccessDenied:
+            return False
 
     def _abort_stale_uploads(self, client: Any, bucket: BucketRef) -> None:
         try:

@@ -31,7 +31,7 @@ S3_CODES = CodeMap(
         "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired",
     }),
     name_taken=frozenset({"BucketAlreadyExists"}),
-    bad_name=frozenset({"InvalidBucketName", "InvalidLocationConstraint"}),
+    bad_name=frozenset({"InvalidBucketName"}),
     transient=frozenset({
         "SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout",
         "OperationAborted", "RequestTimeTooSkewed", "Throttling", "503", "500",

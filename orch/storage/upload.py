@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 import stat
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from orch.storage.errors import StorageError
 log = logging.getLogger(__name__)
 
 DEFAULT_WORKERS = 8
+PROGRESS_INTERVAL = 5.0  # seconds between progress calls while nothing completes
 _CHUNK = 1 << 20
 _EXCLUDED_TOP = frozenset({".git"})
 
@@ -146,22 +148,36 @@ class _Tally:
                             skipped=self.files_skipped, bytes_uploaded=self.bytes_uploaded)
 
 
+class _Stopped(Exception):
+    """A file not started because the upload is stopping."""
+
+
 def upload_files(files: list[LocalFile], existing: Iterable[ObjectInfo], put: Put,
                  progress: Callable[[UploadProgress], None] | None = None,
-                 workers: int = DEFAULT_WORKERS) -> UploadReport:
+                 workers: int = DEFAULT_WORKERS,
+                 progress_interval: float = PROGRESS_INTERVAL) -> UploadReport:
     """Put every file whose object is missing or differs in size or MD5, ``workers`` at a
-    time. ``progress`` is called from this thread, once before any file and after each;
-    if it raises, or a put fails, the files not yet started are cancelled, those in
-    flight finish, and the exception propagates (the next run resumes)."""
+    time. ``progress`` is called from this thread, once before any file, as files
+    complete, and every ``progress_interval`` seconds while a large file is still going
+    (so an activity that heartbeats from it keeps beating). If ``progress`` raises, or a
+    put fails, no further file starts, those in flight finish, and the (first) exception
+    propagates: the next run resumes."""
     held = {o.key: o for o in existing}
     tally = _Tally(files)
+    stop = threading.Event()
 
     def one(file: LocalFile) -> bool:
-        digest = file_md5(file.path)
-        have = held.get(file.key)
-        if have is not None and have.size == file.size and have.md5 == digest.hex():
-            return False
-        put(file, digest)
+        if stop.is_set():
+            raise _Stopped
+        try:
+            digest = file_md5(file.path)
+            have = held.get(file.key)
+            if have is not None and have.size == file.size and have.md5 == digest.hex():
+                return False
+            put(file, digest)
+        except BaseException:
+            stop.set()
+            raise
         return True
 
     if progress:
@@ -170,11 +186,17 @@ def upload_files(files: list[LocalFile], existing: Iterable[ObjectInfo], put: Pu
     try:
         pending: dict[Future[bool], LocalFile] = {pool.submit(one, f): f for f in files}
         while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            finished, _ = wait(pending, timeout=progress_interval,
+                               return_when=FIRST_COMPLETED)
             for future in finished:
-                tally.add(pending.pop(future), future.result())
-                if progress:
-                    progress(tally.progress())
+                file, error = pending.pop(future), future.exception()
+                if error is None:
+                    tally.add(file, future.result())
+                elif not isinstance(error, _Stopped):  # the failure that stopped the rest
+                    raise error
+            if progress:
+                progress(tally.progress())
     finally:
+        stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
     return tally.report()

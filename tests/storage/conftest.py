@@ -55,11 +55,15 @@ _STORE_VARIABLE_PREFIXES = ("AWS_", "GOOGLE_", "CLOUDSDK_", "STORAGE_EMULATOR", 
                             "ORCH_CLOUD_IDENTITY")
 
 
-def use_server(server: object, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Point stores at ``server`` through the environment only (as a worker would be)."""
+def clear_store_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith(_STORE_VARIABLE_PREFIXES):
             monkeypatch.delenv(name)
+
+
+def use_server(server: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point stores at ``server`` through the environment only (as a worker would be)."""
+    clear_store_env(monkeypatch)
     for name, value in server.env.items():  # type: ignore[attr-defined]
         monkeypatch.setenv(name, value)
 

@@ -139,8 +139,9 @@ class MotoS3:
             self._reset_auth("inf")
 
     def _reset_auth(self, count: str) -> None:
-        request = urllib.request.Request(f"{self.url}/moto-api/reset-auth",
-                                         data=count.encode(), method="POST")
+        request = urllib.request.Request(  # not form-encoded: moto reads the raw body
+            f"{self.url}/moto-api/reset-auth", data=count.encode(), method="POST",
+            headers={"Content-Type": "text/plain"})
         with urllib.request.urlopen(request, timeout=10) as answer:
             json.load(answer)
 
