@@ -44,7 +44,7 @@ from orch.storage.base import (
     UploadProgress,
     UploadReport,
 )
-from orch.storage.errors import BadName, NameTaken, NoSuchBucket
+from orch.storage.errors import BadName, NameTaken, NoSuchBucket, StorageError
 from orch.storage.gcs_errors import code_of, gcs_errors
 from orch.storage.names import describe, gcs_name_problems
 from orch.storage.upload import (
@@ -85,12 +85,16 @@ class GCSStore:
                     anonymous=bool(self.emulator))
             return self._found
 
+    def _project(self, bucket: str) -> str | None:
+        return os.environ.get("GOOGLE_CLOUD_PROJECT") or self._credentials(bucket).project
+
     def _client(self, bucket: str) -> storage.Client:
         client: storage.Client | None = getattr(self._local, "client", None)
         if client is None:
-            found = self._credentials(bucket)
-            project = os.environ.get("GOOGLE_CLOUD_PROJECT") or found.project
-            client = storage.Client(project=project or "<none>", credentials=found.credentials)
+            # A project only matters for creating buckets; without one the library would
+            # ask the metadata server for it, so a placeholder stands in (create checks).
+            client = storage.Client(project=self._project(bucket) or "no-project",
+                                    credentials=self._credentials(bucket).credentials)
             self._local.client = client
         return client
 
@@ -111,6 +115,9 @@ class GCSStore:
     def create(self, bucket: BucketRef) -> bool:
         if problems := self.validate_name(bucket.name):
             raise BadName(describe("GCS", bucket.name, problems), code="invalid")
+        if not self._project(bucket.name):
+            raise StorageError(f"GCS bucket {bucket.name} cannot be made without a project: "
+                               "set GOOGLE_CLOUD_PROJECT", code="NoProject", retryable=False)
         client = self._client(bucket.name)
         with gcs_errors(bucket.name):
             try:

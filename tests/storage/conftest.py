@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,33 +21,23 @@ from tests.storage.servers import Azurite, GCSEmulator, LocalHome, MotoS3
 PART_SIZE = 5 * 1024 * 1024
 
 
-@pytest.fixture(scope="session")
-def local_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalHome]:
-    home = LocalHome(tmp_path_factory.mktemp("orch-home"))
-    yield home
-    home.stop()
+def _session_server(name: str, server_type: Callable[[Path], Any]) -> Any:
+    """A session-scoped fixture ``name`` starting ``server_type`` in a directory of its own
+    (logs, config) and stopping it at the end."""
+
+    @pytest.fixture(scope="session", name=name)
+    def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+        started = server_type(tmp_path_factory.mktemp(name))
+        yield started
+        started.stop()
+
+    return server
 
 
-@pytest.fixture(scope="session")
-def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
-    server = MotoS3(tmp_path_factory.mktemp("moto-s3"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSEmulator]:
-    server = GCSEmulator(tmp_path_factory.mktemp("gcs"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
-    server = Azurite(tmp_path_factory.mktemp("azurite"))
-    yield server
-    server.stop()
-
+local_home = _session_server("local_home", LocalHome)
+moto_s3 = _session_server("moto_s3", MotoS3)
+gcs_emulator = _session_server("gcs_emulator", GCSEmulator)
+azurite = _session_server("azurite", Azurite)
 
 SERVER_FIXTURES = {StoreKind.LOCAL: "local_home", StoreKind.S3: "moto_s3",
                    StoreKind.GCS: "gcs_emulator", StoreKind.AZURE: "azurite"}

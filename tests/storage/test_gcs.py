@@ -95,3 +95,10 @@ def test_gcs_reasons(status: int, reason: str, kind: type, retryable: bool) -> N
     assert type(error) is kind
     assert (error.code, error.retryable) == (reason, retryable)
     assert f"({reason}): said GCS" in str(error)
+
+
+def test_creating_needs_a_project(gcs: GCSStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT")
+    with pytest.raises(StorageError, match="set GOOGLE_CLOUD_PROJECT") as refused:
+        GCSStore().create(BucketRef(store=StoreKind.GCS, name="orch-no-project"))
+    assert (refused.value.code, refused.value.retryable) == ("NoProject", False)

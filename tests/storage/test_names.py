@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from orch.storage import get_store
-from orch.storage.base import StoreKind
+from orch.storage.azure_blob import AzureBlobStore
+from orch.storage.base import Store, StoreKind
+from orch.storage.gcs import GCSStore
+from orch.storage.local import LocalStore
 from orch.storage.names import (
     azure_account_problems,
     azure_container_problems,
@@ -13,6 +16,7 @@ from orch.storage.names import (
     local_name_problems,
     s3_name_problems,
 )
+from orch.storage.s3 import S3Store
 
 
 @pytest.mark.parametrize("name", [
@@ -112,6 +116,13 @@ def test_each_store_validates_with_its_own_rules(kind: StoreKind, rule: object) 
     store = get_store(kind)
     for name in ("my-ckpt", "goog-x", "my--x", "my_x", "192.168.5.4", "a" * 70):
         assert store.validate_name(name) == rule(name)  # type: ignore[operator]
+
+
+def test_every_store_keeps_the_protocol() -> None:
+    stores: list[Store] = [LocalStore(), S3Store(), GCSStore(), AzureBlobStore()]  # mypy too
+    assert [s.kind for s in stores] == [StoreKind.LOCAL, StoreKind.S3, StoreKind.GCS,
+                                        StoreKind.AZURE]
+    assert all(isinstance(s, Store) for s in stores)
 
 
 def test_an_unknown_store_is_named() -> None:
