@@ -66,7 +66,7 @@ def local_files(source: Path, prefix: str) -> list[LocalFile]:
         top = root.stat()
     except OSError as e:
         raise StorageError(f"cannot read upload source {source}: {e.strerror or e}",
-                           code="SourceUnreadable") from e
+                           code="SourceUnreadable", retryable=False) from e
     if stat.S_ISREG(top.st_mode):
         return [LocalFile(root, object_key(prefix, root.name), top.st_size)]
     files: list[LocalFile] = []
@@ -92,7 +92,7 @@ def local_files(source: Path, prefix: str) -> list[LocalFile]:
 
 def _raise_walk_error(error: OSError) -> None:
     raise StorageError(f"cannot read {error.filename}: {error.strerror or error}",
-                       code="SourceUnreadable") from error
+                       code="SourceUnreadable", retryable=False) from error
 
 
 def file_md5(path: Path) -> bytes:

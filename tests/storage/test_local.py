@@ -11,7 +11,7 @@ import pytest
 
 from orch.storage import get_store
 from orch.storage.base import BucketRef, StoreKind
-from orch.storage.errors import BadName
+from orch.storage.errors import BadName, StorageError
 from orch.storage.local import LocalStore
 
 
@@ -93,3 +93,13 @@ def test_writes_leave_no_part_files_and_delete_leaves_nothing(store: LocalStore,
     aside.mkdir()
     assert store.delete(bucket) is True
     assert list(store.root.iterdir()) == []
+
+
+def test_an_unreadable_source_is_named_and_not_retried(store: LocalStore,
+                                                       tmp_path: Path) -> None:
+    bucket = BucketRef(store=StoreKind.LOCAL, name="nosource")
+    store.create(bucket)
+    with pytest.raises(StorageError) as refused:
+        store.upload_dir(tmp_path / "missing", bucket)
+    assert (refused.value.code, refused.value.retryable) == ("SourceUnreadable", False)
+    assert str(tmp_path / "missing") in str(refused.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +147,6 @@ def test_other_codes_are_retryable_only_when_another_attempt_can_help(
     assert type(error) is StorageError
     assert (error.code, error.retryable) == (code, retryable)
     assert f"({code}): said the service" in str(error)
+    again = pickle.loads(pickle.dumps(error))  # as an activity's error may travel
+    assert (type(again), str(again), again.code, again.retryable) == (
+        StorageError, str(error), code, retryable)
