@@ -19,6 +19,7 @@ newest Azurite knows; the calls orch makes are the same in both.)
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -62,8 +63,18 @@ def _answers(port: int) -> bool:
         return False
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the test process dies, even by SIGKILL, so no
+    server outlives its run (Linux's PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 class ServerProcess:
-    """A server started as a child in its own process group, its output in ``log``."""
+    """A server started as a child in its own process group (stopped as a group), its
+    output in ``log``."""
 
     def __init__(self, name: str, argv: list[str], port: int, log: Path,
                  env: dict[str, str] | None = None):
@@ -72,7 +83,8 @@ class ServerProcess:
         with log.open("wb") as out:
             self.process = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, **(env or {})}, start_new_session=True, cwd=log.parent)
+                env={**os.environ, **(env or {})}, start_new_session=True, cwd=log.parent,
+                preexec_fn=_die_with_parent)
         deadline = time.monotonic() + START_TIMEOUT
         while not _answers(port):
             if self.process.poll() is not None or time.monotonic() > deadline:
