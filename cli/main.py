@@ -20,9 +20,11 @@ from cli.app import app, fail
 from cli.crash import report_internal_error
 from cli.jobs import jobs_app
 from cli.skypilot_flags import refused_flag
+from cli.storage import storage_app
 from orch.process_exit import exit_code, exit_without_finalizing
 
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(storage_app, name="storage")
 
 __all__ = ["app", "main"]
 

@@ -24,11 +24,13 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from orch.clouds.base import ClusterInfo
+from orch.contracts.storage import BucketMount
 from orch.failover_rules import BlockEntry, Blocklist
 from orch.names import name_on_cloud
 from orch.records import Placement, UsageClock
 from orch.spec import JobRecovery, RecoveryStrategy, Resources, Task
 from orch.status import JobStatus
+from orch.storage.base import BucketRef
 
 MANAGED_JOB_IDS_WORKFLOW = "ManagedJobIdsWorkflow"
 MANAGED_JOB_IDS_WORKFLOW_ID = "managed-jobs"
@@ -198,6 +200,7 @@ class TaskRun(BaseModel):
     ended_at: datetime | None = None
     failure: str | None = None
     usage: UsageClock = Field(default_factory=UsageClock)  # its clusters' time up (cost-report)
+    storage: list[BucketMount] = Field(default_factory=list)  # on its current cluster
 
 
 class ManagedJobState(BaseModel):
@@ -217,6 +220,9 @@ class ManagedJobState(BaseModel):
     events: list[ControllerEvent] = Field(default_factory=list)
     events_dropped: int = 0
     failure: str | None = None
+    # The buckets the job uses (beside its clusters) until it ends: kept across recoveries,
+    # where they also pin each bucket's store.
+    buckets: list[BucketRef] = Field(default_factory=list)
 
     @property
     def current(self) -> TaskRun:

@@ -11,11 +11,13 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from orch.clouds.base import ClusterInfo
+from orch.contracts.storage import BucketMount
 from orch.failover_rules import Blocklist
 from orch.lifecycle import Autostop, autostop_deadline
 from orch.semaphore import SA_LAUNCH_HOLDERS, SA_LAUNCH_WAITING
 from orch.spec import Task
 from orch.status import ClusterStatus
+from orch.storage.base import BucketRef
 
 CLUSTER_WORKFLOW = "ClusterWorkflow"
 LAUNCH_WORKFLOW = "LaunchWorkflow"
@@ -40,6 +42,11 @@ SA_JOB_STATUS = "OrchJobStatus"
 SA_USER = "OrchUser"  # user@host of whoever started the cluster or managed job
 SA_JOB_NAME = "OrchJobName"  # a managed job's name
 SA_SUMMARY = "OrchSummary"  # the static summary again: the Web UI's list shows attributes only
+# A bucket's entity (orch.contracts.storage), which also sets OrchRegion and OrchUser. Its
+# status is a one-item list: the visibility store holds no eleventh Keyword.
+SA_STORAGE_USERS = "OrchStorageUsers"  # cluster/<name>, job/<id>
+SA_STORAGE_PERSISTENT = "OrchStoragePersistent"
+SA_STORAGE_STATUS = "OrchStorageStatus"
 SEARCH_ATTRIBUTES = {
     SA_CLUSTER: "Keyword",
     SA_CLUSTER_STATUS: "Keyword",
@@ -55,6 +62,9 @@ SEARCH_ATTRIBUTES = {
     SA_USER: "Keyword",  # the dev server's SQLite visibility holds at most 10 Keywords
     SA_JOB_NAME: "Keyword",
     SA_SUMMARY: "Text",
+    SA_STORAGE_USERS: "KeywordList",
+    SA_STORAGE_PERSISTENT: "Bool",
+    SA_STORAGE_STATUS: "KeywordList",
 }
 
 
@@ -161,6 +171,9 @@ class ClusterRecord(BaseModel):
     # Every region where launch attempts may have left something (the placement's among
     # them): a failover reports a region before it creates there, and once it cleaned it.
     regions: list[CloudRegion] = Field(default_factory=list)
+    # The buckets its launches attached (reported before attaching): unmounted by a stop,
+    # released by its teardown, remounted by a start.
+    storage: list[BucketMount] = Field(default_factory=list)
 
     def account_uptime(self, status: ClusterStatus, now: datetime) -> None:
         """Keep the billing clock: it runs from UP to STOPPED or TERMINATED, again from
@@ -238,6 +251,8 @@ class TeardownInput(BaseModel):
     info: ClusterInfo | None = None
     terminate: bool = True
     regions: list[CloudRegion] = Field(default_factory=list)  # also cleaned, on terminate
+    storage: list[BucketMount] = Field(default_factory=list)  # unmounted; on terminate,
+    storage_user: str = ""  # ...released by this user (cluster/<name>)
 
     @property
     def cloud_name(self) -> str:
@@ -263,6 +278,8 @@ class LaunchInput(BaseModel):
     job_id: int | None = None
     requested_by: str = ""  # user@host of the caller (the Web UI's static details)
     purpose: str = ""  # why it launches, when not for a plain cluster (a managed job's task)
+    storage_pins: list[BucketRef] = Field(default_factory=list)  # buckets already chosen
+    storage_owner: str = ""  # a managed job (job/<id>) that uses the buckets beside the cluster
 
     @property
     def cloud_name(self) -> str:
@@ -283,6 +300,7 @@ class LaunchProgress(BaseModel):
     """True when the launch queues for a launch permit, False once it holds one."""
     touched: CloudRegion | None = None  # an attempt is about to create there
     cleaned: list[CloudRegion] = Field(default_factory=list)  # nothing of it left there
+    storage: list[BucketMount] = Field(default_factory=list)  # about to be attached
 
 
 class LaunchOutput(BaseModel):

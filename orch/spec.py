@@ -19,8 +19,10 @@ from pydantic import (
     Field,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
+from orch.clouds import CLOUDS
 from orch.local_paths import DIRECTORY, FILE, MISSING, path_kind, resolved
 from orch.secret import Secret
 from orch.spec_envs import given_over, still_required, substitute, variables_as_written
@@ -30,13 +32,9 @@ from orch.spec_errors import SpecError, field_path, quoted, shorten
 from orch.spec_resources import JobRecovery as JobRecovery  # re-exported
 from orch.spec_resources import RecoveryStrategy as RecoveryStrategy
 from orch.spec_resources import Resources, StrictModel, choice_problems
-from orch.spec_unsupported import (
-    FILE_MOUNTS_STORAGE,
-    UNSUPPORTED,
-    WORKDIR_GIT,
-    is_bucket_uri,
-    refused_field,
-)
+from orch.spec_storage import StorageMount, checked_paths, name_problems, split_file_mounts
+from orch.spec_storage import substituted as substituted_mounts
+from orch.spec_unsupported import UNSUPPORTED, WORKDIR_GIT, refused_field
 from orch.spec_values import MAX_NODES
 from orch.spec_values import parse_accelerators as parse_accelerators
 from orch.spec_yaml import load_yaml_file, with_lines
@@ -54,9 +52,16 @@ class Task(StrictModel):
     # Given to setup and run like envs (winning over an env of the same name), shown as
     # <redacted> everywhere else: see orch.secret.
     secrets: dict[str, Secret] = Field(default_factory=dict)
-    file_mounts: dict[str, str] = Field(default_factory=dict)
+    file_mounts: dict[str, str] = Field(default_factory=dict)  # remote path → local path
+    # The bucket entries of file_mounts (URIs and mappings), by mount path: orch.spec_storage.
+    storage_mounts: dict[str, StorageMount] = Field(default_factory=dict)
     setup: str | None = None
     run: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _buckets_apart(cls, data: Any) -> Any:
+        return split_file_mounts(data)
 
     @field_validator("name")
     @classmethod
@@ -90,16 +95,14 @@ class Task(StrictModel):
         if value is None:
             return {}
         if not isinstance(value, dict):
-            raise ValueError("expected a mapping of REMOTE_PATH: LOCAL_PATH")
-        buckets = [str(remote) for remote, local in value.items()
-                   if isinstance(local, dict) or (isinstance(local, str) and is_bucket_uri(local))]
-        if buckets:
-            raise ValueError(f"{', '.join(buckets)}: {UNSUPPORTED[FILE_MOUNTS_STORAGE]}")
+            raise ValueError("expected a mapping of REMOTE_PATH: LOCAL_PATH, bucket URI or "
+                             "storage mapping")
         mounts = {}
         for remote, local in value.items():
             if not isinstance(local, str):
                 raise ValueError(
-                    f"{remote}: only local paths are supported as sources, got {local!r}"
+                    f"{remote}: expected a local path, a bucket URI or a mapping of name, "
+                    f"source, store, mode and persistent; got {local!r}"
                 )
             mounts[str(remote)] = local
         return mounts
@@ -110,16 +113,26 @@ class Pipeline(StrictModel):
     tasks: list[Task]
 
 
-TASK_FIELDS = sorted(Task.model_fields)
+# storage_mounts is not written by users: file_mounts holds buckets in the YAML.
+TASK_FIELDS = sorted(set(Task.model_fields) - {"storage_mounts"})
 RESOURCES_FIELDS = sorted(Resources.model_fields)
+STORAGE_FIELDS = sorted(StorageMount.model_fields)
 
 
 def _task_fields_at(loc: list[str]) -> list[str]:
     """The field names allowed next to the last part of ``loc`` in a task."""
     parent = loc[-2] if len(loc) > 1 else ""
+    if loc[0] == "storage_mounts":
+        return STORAGE_FIELDS if len(loc) == 3 else []
     return RESOURCES_FIELDS if parent in ("resources", "any_of", "ordered") or (
         len(loc) > 2 and loc[-3] in ("any_of", "ordered")
     ) else TASK_FIELDS if len(loc) == 1 else []
+
+
+def _as_written(field: str) -> str:
+    """A field path as the YAML has it: buckets are written in file_mounts."""
+    return "file_mounts" + field.removeprefix("storage_mounts") if field.startswith(
+        "storage_mounts") else field
 
 
 def _task_refused(loc: list[str]) -> str | None:
@@ -176,7 +189,8 @@ def _check_paths(task: Task, base: Path) -> tuple[Task, list[tuple[str, str]]]:
                              + ("does not exist" if kind == MISSING else f"is {kind}")))
         mounts[remote] = resolved(source)
     update["file_mounts"] = mounts
-    return task.model_copy(update=update), problems
+    update["storage_mounts"], bucket_problems = checked_paths(task.storage_mounts, base)
+    return task.model_copy(update=update), problems + bucket_problems
 
 
 def _substituted(task: Task) -> Task:
@@ -184,7 +198,9 @@ def _substituted(task: Task) -> Task:
     envs = task.envs
     mounts = {substitute(k, envs): substitute(v, envs) for k, v in task.file_mounts.items()}
     workdir = substitute(task.workdir, envs) if task.workdir else task.workdir
-    return task.model_copy(update={"file_mounts": mounts, "workdir": workdir})
+    return task.model_copy(update={"file_mounts": mounts, "workdir": workdir,
+                                   "storage_mounts": substituted_mounts(task.storage_mounts,
+                                                                        envs)})
 
 
 def parse_task(data: Any, source: str, base: Path | None = None, prefix: str = "", *,
@@ -199,6 +215,9 @@ def parse_task(data: Any, source: str, base: Path | None = None, prefix: str = "
         data = {}
     if not isinstance(data, dict):
         raise SpecError(source, [(prefix.rstrip("."), "expected a mapping of task fields")])
+    if as_written and "storage_mounts" in data:  # orch's own field, not the YAML's
+        raise SpecError(source, [(prefix + "storage_mounts", "unknown field; buckets are "
+                                  "written in file_mounts")])
     data, written = given_over(data, "envs", envs)
     data, written_secrets = given_over(data, "secrets", secrets)
     try:
@@ -206,7 +225,8 @@ def parse_task(data: Any, source: str, base: Path | None = None, prefix: str = "
     except ValidationError as exc:
         problems = [describe_error(dict(e), _task_fields_at, _task_refused)
                     for e in exc.errors()]
-        located = [(prefix + f if f else prefix.rstrip("."), m) for f, m in problems]
+        located = [(prefix + _as_written(f) if f else prefix.rstrip("."), m)
+                   for f, m in problems]
         raise SpecError(source, located) from None
     unlaunchable = choice_problems(task.resources)
     if unlaunchable:
@@ -217,6 +237,8 @@ def parse_task(data: Any, source: str, base: Path | None = None, prefix: str = "
             raise SpecError(source, missing)
         task = _substituted(task)
     task, problems = _check_paths(task, base or Path.cwd())
+    if task.storage_mounts:
+        problems += name_problems(task.storage_mounts, task.resources, CLOUDS)
     if problems:
         raise SpecError(source, [(prefix + f, m) for f, m in problems])
     return task

@@ -10,11 +10,8 @@ otherwise supports (the validators of those fields look their message up here).
 
 from __future__ import annotations
 
-import re
-
 IMAGE_DOCKER = "resources.image_id: docker:<image>"
 WORKDIR_GIT = "workdir: {url, ref}"
-FILE_MOUNTS_STORAGE = "file_mounts: bucket URI or {name, source, store, mode}"
 AUTOSTOP_HOOK = "resources.autostop.hook"
 AUTOSTOP_WAIT_NONE = "resources.autostop.wait_for: none"
 
@@ -41,10 +38,7 @@ UNSUPPORTED: dict[str, str] = {
                            "the VM, not in a container"),
     WORKDIR_GIT: _refused("workdir: {url, ref}", "orch syncs a local directory; clone the "
                           "repository in setup instead"),
-    FILE_MOUNTS_STORAGE: "storage buckets in file_mounts are not supported by orch yet",
 }
-
-_BUCKET_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def refused_field(loc: list[str], in_resources: bool) -> str | None:
@@ -53,7 +47,3 @@ def refused_field(loc: list[str], in_resources: bool) -> str | None:
     key = f"resources.{loc[-1]}" if in_resources else loc[-1] if len(loc) == 1 else ""
     return UNSUPPORTED.get(key)
 
-
-def is_bucket_uri(source: str) -> bool:
-    """``s3://b``, ``gs://b/p``, ``r2://``, ``https://…blob…``: a storage source, not a path."""
-    return _BUCKET_URI.match(source) is not None

@@ -9,6 +9,7 @@ from temporalio.client import Client
 
 from activities import managed_job, plan, provision, runtime
 from activities.semaphore import SemaphoreActivities
+from activities.storage import PLAIN_STORAGE_ACTIVITIES, StorageActivities
 from orch.semaphore import SemaphoreSettings
 from orch.settings import load_settings
 from workflows.cluster import ClusterWorkflow
@@ -17,6 +18,7 @@ from workflows.launch import LaunchWorkflow
 from workflows.launch_semaphore import LaunchSemaphoreWorkflow
 from workflows.managed_job import ManagedJobWorkflow
 from workflows.managed_job_ids import ManagedJobIdsWorkflow
+from workflows.storage import StorageWorkflow
 from workflows.teardown import TeardownWorkflow
 
 WORKFLOWS: list[type] = [
@@ -27,6 +29,7 @@ WORKFLOWS: list[type] = [
     LaunchSemaphoreWorkflow,
     ManagedJobWorkflow,
     ManagedJobIdsWorkflow,
+    StorageWorkflow,
 ]
 
 # Activities that need nothing but the machine they run on.
@@ -51,6 +54,7 @@ PLAIN_ACTIVITIES: list[Callable[..., Any]] = [
     runtime.ray_healthy,
     runtime.jobs_activity,
     managed_job.watch_job,
+    *PLAIN_STORAGE_ACTIVITIES,
 ]
 
 
@@ -68,5 +72,13 @@ def client_activities(client: Client, settings: SemaphoreSettings) -> list[Calla
     return [semaphore.request_permit, semaphore.find_closed_permit_holders]
 
 
+def storage_activities(client: Client, publish_search_attributes: bool = True
+                       ) -> list[Callable[..., Any]]:
+    """The storage activities that talk to Temporal (a bucket's entity, launch progress);
+    ``publish_search_attributes`` is off on the time-skipping test server."""
+    return StorageActivities(client, publish_search_attributes).activities()
+
+
 def activities(client: Client) -> list[Callable[..., Any]]:
-    return PLAIN_ACTIVITIES + client_activities(client, semaphore_settings())
+    return (PLAIN_ACTIVITIES + client_activities(client, semaphore_settings())
+            + storage_activities(client))

@@ -78,6 +78,7 @@ with workflow.unsafe.imports_passed_through():
         StopRequest,
         TeardownInput,
         TeardownResult,
+        cluster_workflow_id,
     )
     from orch.runtime.jobs import JobRecord, JobSpec
     from orch.spec import Task
@@ -90,6 +91,7 @@ with workflow.unsafe.imports_passed_through():
         task_details,
         teardown_summary,
     )
+    from workflows import storage_steps
     from workflows.launch import LaunchWorkflow
     from workflows.options import (
         BEST_EFFORT,
@@ -163,6 +165,8 @@ class ClusterWorkflow:
             self.state.regions.append(progress.touched)  # before anything is made there
         if progress.cleaned:
             self.state.regions = [r for r in self.state.regions if r not in progress.cleaned]
+        if progress.storage:  # before they are attached: the teardown releases them
+            self.state.storage = storage_steps.merged(self.state.storage, progress.storage)
 
     # -- the entity's life ------------------------------------------------------------
     @workflow.run
@@ -363,6 +367,8 @@ class ClusterWorkflow:
             self._touch()
             if not reuse and not relaunch:
                 self.state.launched = Task(num_nodes=task.num_nodes, resources=task.resources)
+            if task.storage_mounts:  # a start mounts them again
+                self.state.launched = storage_steps.with_buckets_of(self.state.launched, task)
             try:
                 await self._launch_child(LaunchInput(
                     cluster_name=self.state.name, name_on_cloud=self.state.name_on_cloud,
@@ -372,6 +378,7 @@ class ClusterWorkflow:
                     gcs_address=self.state.gcs_address if reuse else None,
                     job_id=job_id, retry_until_up=request.retry_until_up,
                     was_up=self.state.ever_up, requested_by=request.requested_by,
+                    storage_pins=storage_steps.buckets_of(self.state.storage),
                 ), reuse)
             finally:
                 self._touch()
@@ -494,7 +501,7 @@ class ClusterWorkflow:
                 cluster_name=self.state.name, name_on_cloud=self.state.name_on_cloud,
                 task=self.state.launched,
                 placement=self.state.placement, retry_until_up=request.retry_until_up,
-                was_up=True,
+                was_up=True, storage_pins=storage_steps.buckets_of(self.state.storage),
             ), reuse=False)
             return self.state
 
@@ -536,6 +543,7 @@ class ClusterWorkflow:
             placement=self.state.placement,
             info=None if stopped else self.state.info, terminate=terminate,
             regions=self.state.regions if terminate else [],
+            storage=self.state.storage, storage_user=cluster_workflow_id(self.state.name),
         )
         try:
             result: TeardownResult = await workflow.execute_child_workflow(
@@ -563,7 +571,10 @@ class ClusterWorkflow:
                           f"orch-cluster={self.state.cloud_name} may remain on {cloud}: look for "
                           "them in its console, or run orch down again once it answers"],
             )
+            result.warnings += await storage_steps.release(
+                cluster_workflow_id(self.state.name), storage_steps.buckets_of(self.state.storage))
         if terminate:
+            self.state.storage = []  # released, by the teardown or just above
             self._set_status(ClusterStatus.TERMINATED)
         else:
             self._set_status(ClusterStatus.STOPPED)

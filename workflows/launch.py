@@ -30,14 +30,17 @@ with workflow.unsafe.imports_passed_through():
         StartRayRequest,
         SyncRequest,
     )
+    from orch.contracts.storage import BucketMount
     from orch.records import (
         LAUNCH_WORKFLOW,
         PROGRESS_SIGNAL,
         LaunchInput,
         LaunchOutput,
         LaunchProgress,
+        Placement,
     )
     from orch.summaries import failover_summary, on_nodes, task_details
+    from workflows import storage_steps
     from workflows.failover import FailoverInput, FailoverOutput, FailoverWorkflow
     from workflows.options import LONG_CALL
     from workflows.shielding import shielded
@@ -84,6 +87,22 @@ class LaunchWorkflow:
                                           placement=provisioned.placement,
                                           info=provisioned.info))
 
+    def _parent_id(self) -> str | None:
+        parent = workflow.info().parent
+        return parent.workflow_id if parent is not None else None
+
+    async def _prepare_storage(self, request: LaunchInput, placement: Placement
+                               ) -> list[BucketMount]:
+        """The task's buckets, once the nodes' place is known and before runtime setup:
+        reported to the parent first (its teardown then releases them whatever happens),
+        then attached (made, if new) and uploaded into. None: nothing is done."""
+        buckets = storage_steps.resolved(request, placement)
+        if not buckets:
+            return []
+        await self._report(LaunchProgress(step=f"preparing {len(buckets)} bucket(s)",
+                                          storage=buckets))
+        return await storage_steps.prepare(request, buckets, self._parent_id())
+
     @workflow.run
     async def run(self, request: LaunchInput) -> LaunchOutput:
         task = request.task
@@ -112,9 +131,11 @@ class LaunchWorkflow:
             await self._report(LaunchProgress(
                 step="waiting for nodes", placement=placement, info=info
             ))
+            await workflow.execute_activity(WAIT_FOR_NODES, NodesRequest(info=info),
+                                            **LONG_CALL, summary=on_nodes("wait for SSH", info))
+        buckets = await self._prepare_storage(request, placement)
+        if request.reuse is None:
             nodes = NodesRequest(info=info)
-            await workflow.execute_activity(WAIT_FOR_NODES, nodes, **LONG_CALL,
-                                            summary=on_nodes("wait for SSH", info))
             await self._report(LaunchProgress(step="setting up runtime"))
             pythons = await workflow.execute_activity(
                 SETUP_RUNTIME, nodes, result_type=list[str], **LONG_CALL,
@@ -136,6 +157,9 @@ class LaunchWorkflow:
                 SyncRequest(info=info, workdir=task.workdir, file_mounts=task.file_mounts),
                 **LONG_CALL, summary=on_nodes("sync workdir and file mounts", info),
             )
+        if buckets:
+            await self._report(LaunchProgress(step=f"attaching {len(buckets)} bucket(s)"))
+            await storage_steps.mount(info, buckets, self._parent_id())
         if task.setup:
             await self._report(LaunchProgress(step="running setup"))
             await workflow.execute_activity(

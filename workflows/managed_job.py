@@ -103,6 +103,7 @@ with workflow.unsafe.imports_passed_through():
         LaunchProgress,
         Placement,
         TeardownInput,
+        cluster_workflow_id,
     )
     from orch.runtime.jobs import JobRecord, JobSpec
     from orch.semaphore import LAUNCH_SEMAPHORE_ID
@@ -116,6 +117,7 @@ with workflow.unsafe.imports_passed_through():
         task_details,
         teardown_summary,
     )
+    from workflows import storage_steps
     from workflows.cluster import resources_summary
     from workflows.launch import LaunchWorkflow
     from workflows.options import CLOUD_CALL, error_details, error_message, error_type
@@ -196,7 +198,13 @@ class ManagedJobWorkflow:
             run.info = progress.info
         if progress.gcs_address is not None:
             run.gcs_address = progress.gcs_address
+        if progress.storage:  # before they are attached: teardown and the end release them
+            self._buckets_reported(run, progress)
         self._publish()
+
+    def _buckets_reported(self, run: TaskRun, progress: LaunchProgress) -> None:
+        run.storage = storage_steps.merged(run.storage, progress.storage)
+        self.state.buckets = storage_steps.added_buckets(self.state.buckets, progress.storage)
 
     # -- the job's life -----------------------------------------------------------------
     @workflow.run
@@ -260,6 +268,7 @@ class ManagedJobWorkflow:
                 if not each.status.is_terminal:
                     each.status, each.stage = ManagedJobStatus.CANCELLED, TaskStage.DONE
             state.status = ManagedJobStatus.CANCELLED
+        await self._release_buckets()
         if state.slot_request_id is not None:
             slot = Permit(semaphore_id=LAUNCH_SEMAPHORE_ID, kind="job",
                           request_id=state.slot_request_id)
@@ -271,6 +280,16 @@ class ManagedJobWorkflow:
         state.ended_at = workflow.now()
         self._event(EventKind.ENDED, f"job {state.status}")
         self._set_status(state.status, ScheduleState.DONE)
+
+    async def _release_buckets(self) -> None:
+        """The job is over: it no longer uses its buckets, and each one's entity deletes
+        it when no cluster or other job does and it does not persist."""
+        if not self.state.buckets:
+            return
+        said = await storage_steps.release(workflow.info().workflow_id, self.state.buckets)
+        self.state.buckets = []
+        for line in said:
+            self._event(EventKind.TEARDOWN, line)
 
     # -- one task ---------------------------------------------------------------------
     async def _run_task(self, run: TaskRun, task: Task) -> ManagedJobStatus:
@@ -319,6 +338,7 @@ class ManagedJobWorkflow:
             failure = await self._launch_round(run, LaunchInput(
                 cluster_name=run.cluster_name, name_on_cloud=run.name_on_cloud, task=task,
                 placement=phase.pin, blocklist=phase.blocklist, job_id=1,
+                **self._storage_of_launches(),
             ))
             self._check_cancel()
             if failure is None:
@@ -467,6 +487,7 @@ class ManagedJobWorkflow:
         failure = await self._launch_round(run, LaunchInput(
             cluster_name=run.cluster_name, name_on_cloud=run.name_on_cloud, task=task,
             placement=run.placement, reuse=run.info, gcs_address=run.gcs_address, job_id=job_id,
+            **self._storage_of_launches(),
         ))
         self._check_cancel()
         if failure is None:
@@ -477,6 +498,12 @@ class ManagedJobWorkflow:
             self._job_on_cluster(run, job_id)
         else:
             await self._recover(run, task, f"restart on {run.cluster_name} failed: {failure[1]}")
+
+    def _storage_of_launches(self) -> dict[str, Any]:
+        """The job uses its tasks' buckets beside their clusters, on the stores it chose
+        first (a recovery in another cloud keeps its checkpoints)."""
+        return {"storage_pins": list(self.state.buckets),
+                "storage_owner": workflow.info().workflow_id}
 
     async def _sweep(self, run: TaskRun) -> None:
         """A launch cut short (cancelled) before it said where it provisions: terminate the
@@ -511,7 +538,8 @@ class ManagedJobWorkflow:
                         TeardownWorkflow.run,
                         TeardownInput(cluster_name=run.cluster_name,
                                       name_on_cloud=run.name_on_cloud, placement=placement,
-                                      info=run.info, terminate=True),
+                                      info=run.info, terminate=True, storage=run.storage,
+                                      storage_user=cluster_workflow_id(run.cluster_name)),
                         id=self._child_id("down", run),
                         parent_close_policy=ParentClosePolicy.ABANDON,
                         static_summary=teardown_summary(run.cluster_name, placement, run.info,
@@ -537,6 +565,7 @@ class ManagedJobWorkflow:
                            workflow.now())
         run.placement = run.info = run.gcs_address = None
         run.cluster_up, run.cluster_job_id, run.resources = False, 0, ""
+        run.storage = []
         self._publish()
 
     # -- plumbing ------------------------------------------------------------------------

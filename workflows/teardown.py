@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from orch.contracts.runtime import STOP_RAY, NodesRequest
     from orch.records import TEARDOWN_WORKFLOW, CloudRegion, TeardownInput, TeardownResult
     from orch.summaries import instances_call, on_nodes
+    from workflows import storage_steps
     from workflows.options import BEST_EFFORT, LONG_CALL, PROVIDER_CALL, error_message
 
 
@@ -52,7 +53,7 @@ class TeardownWorkflow:
             return TeardownResult(
                 message=f"Cluster {name} was never provisioned: nothing to tear down."
             )
-        warnings: list[str] = []
+        warnings: list[str] = await self._unmount_storage(request)
         if request.info is not None and request.info.nodes:
             workflow.set_current_details("**Now:** " + on_nodes("ray stop", request.info))
             try:
@@ -79,8 +80,28 @@ class TeardownWorkflow:
             message = f"Cluster {name} had no instances on {cloud}: nothing to do."
         else:
             message = f"Cluster {name}: {len(found)} instance(s) {verb}."
+        message = " ".join([message, *await self._release_storage(request)])
         workflow.set_current_details(f"**Done:** {message}")
         return TeardownResult(message=message, instances=found, warnings=warnings)
+
+    async def _unmount_storage(self, request: TeardownInput) -> list[str]:
+        """First, the buckets unmounted where nodes answer (a cached mount writes back)."""
+        if not request.storage:
+            return []
+        workflow.set_current_details("**Now:** unmounting the buckets")
+        return await storage_steps.unmount(request.info, request.storage)
+
+    async def _release_storage(self, request: TeardownInput) -> list[str]:
+        """Last, once the instances are gone, a terminate releases the cluster's buckets:
+        the entity of each deletes it when nobody else uses it and it does not persist.
+        A worker that dies in between leaves this step to the next one (Temporal retries
+        it), and the entity deletes a bucket once."""
+        buckets = storage_steps.buckets_of(request.storage)
+        if not request.terminate or not buckets or not request.storage_user:
+            return []
+        workflow.set_current_details(f"**Now:** releasing {len(buckets)} bucket(s)")
+        said = await storage_steps.release(request.storage_user, buckets)
+        return [f"{line[0].upper()}{line[1:]}." for line in said]
 
     async def _empty(self, request: TeardownInput, cloud: str, region: str) -> list[str]:
         """Stop or terminate the cluster's instances in one region and wait until they

@@ -12,13 +12,15 @@ class StorageError(Exception):
 
     retryable: bool = True
 
-    def __init__(self, message: str, *, code: str = ""):
+    def __init__(self, message: str, *, code: str = "", retryable: bool | None = None):
         super().__init__(message)
         self.message = message
         self.code = code
+        if retryable is not None:  # a plain StorageError that another attempt cannot help
+            self.retryable = retryable
 
-    def __reduce__(self):  # keep the code across pickling
-        return (type(self), (self.message,), {"code": self.code})
+    def __reduce__(self):  # keep the code (and retryable) across pickling
+        return (type(self), (self.message,), {"code": self.code, "retryable": self.retryable})
 
 
 class NoSuchBucket(StorageError):

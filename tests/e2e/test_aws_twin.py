@@ -61,14 +61,20 @@ def twin(ec2: Any, tmp_path: Path) -> Iterator[TwinWatcher]:
 @pytest.fixture
 def orch_aws(front: EC2FaultFront, twin: TwinWatcher,  # noqa: F811
              tmp_path: Path) -> Iterator[Orch]:
-    """A control plane of its own whose worker sees AWS at the front, with fake
-    credentials, and reaches nodes at their private IPs."""
-    front.reset()
+    yield from twin_control_plane(front, tmp_path, cleanup=[CLUSTER])
+
+
+def twin_control_plane(aws_front: EC2FaultFront, tmp_path: Path, cleanup: list[str],
+                       **env: str) -> Iterator[Orch]:
+    """A control plane of its own whose worker sees AWS at the front (and ``env``), with
+    fake credentials, and reaches nodes at their private IPs; ``cleanup``: the clusters
+    torn down at the end."""
+    aws_front.reset()
     cli = Orch(tmp_path / "orch-home")
     for name in [n for n in cli.env if n.startswith("AWS_")]:
         del cli.env[name]
     cli.env.update({
-        "AWS_ENDPOINT_URL": front.url,
+        "AWS_ENDPOINT_URL": aws_front.url,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": REGION,
@@ -77,12 +83,14 @@ def orch_aws(front: EC2FaultFront, twin: TwinWatcher,  # noqa: F811
         "AWS_EC2_METADATA_DISABLED": "true",
         "ORCH_SSH_USE_INTERNAL_IPS": "1",
         ID_ENV: PLANE_ID,
+        **env,
     })
     cli("server", "start")
     try:
         yield cli
     finally:
-        cli("down", "-y", CLUSTER, check=False)
+        for cluster in cleanup:
+            cli("down", "-y", cluster, check=False)
         cli("server", "stop", check=False)
 
 

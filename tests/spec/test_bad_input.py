@@ -95,6 +95,20 @@ CASES: dict[str, tuple[bytes | str, list[str], list[str]]] = {
     "workdir_nul": ('workdir: "a\\0b"\n', [], ["workdir: ", "contains a NUL character"]),
     "mount_too_long": ("file_mounts:\n  /x: " + "a" * 5000 + "\n", [],
                        ["file_mounts./x: ", "aaa…", "is not a usable path: too long"]),
+    "bucket_mode": ("file_mounts:\n  /checkpoint:\n    name: ckpt-1\n    mode: MOUNTED\n", [],
+                    ["file_mounts./checkpoint.mode: expected MOUNT, COPY or MOUNT_CACHED (got "
+                     "'MOUNTED'); did you mean 'MOUNT' or 'MOUNT_CACHED'? (line 4)"]),
+    "bucket_field": ("file_mounts:\n  /checkpoint:\n    nmae: ckpt-1\n", [],
+                     ["file_mounts./checkpoint.nmae: unknown field; did you mean 'name'?"]),
+    "bucket_store": ("file_mounts:\n  /c:\n    name: ckpt-1\n    store: gsc\n", [],
+                     ["file_mounts./c.store: expected s3, gcs, azure or local (got 'gsc'); did "
+                      "you mean 'gcs'?"]),
+    "bucket_name_s3": ("file_mounts:\n  /c:\n    name: My_Ckpt\n    store: s3\n", [],
+                       ["file_mounts./c.name: 'My_Ckpt' is not a valid s3 bucket name: may "
+                        "contain only lowercase letters, digits, '.' and '-' (not 'C', 'M', "
+                        "'_')"]),
+    "bucket_persistent": ("file_mounts:\n  /c:\n    name: ckpt-1\n    persistent: 'no'\n", [],
+                          ["file_mounts./c.persistent: expected true or false"]),
     "env_mapping": ("envs:\n  A: {b: 1}\n", [], ["envs: A: expected a string or a number"]),
     "env_list": ("envs:\n  A: [1, 2]\n", [], ["envs: A: expected a string or a number"]),
     "unknown_region": ("resources:\n  cloud: aws\n  region: us-east-99\n", [],

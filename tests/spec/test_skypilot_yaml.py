@@ -79,6 +79,7 @@ ACCEPTED: dict[str, tuple[list[str], Callable[[Plan], bool]]] = {
     "accelerators_list.yaml": ([], lambda p: [next(iter(c["accelerators"])) for c in p][0]
                                == "L4" and {next(iter(c["accelerators"])) for c in p}
                                == {"L4", "T4"}),
+    "storage_mounts.yaml": ([], lambda p: _clouds(p) == {"aws"}),
     "instance_type_spot_ports.yaml": ([], lambda p: {(c["instance_type"], c["use_spot"],
                                                       c["num_nodes"]) for c in p}
                                       == {("m6i.xlarge", True, 2)}),
@@ -95,8 +96,11 @@ REFUSED: dict[str, tuple[list[str], list[str]]] = {
     "docker_image.yaml": ([], ["resources.image_id", "SkyPilot field resources.image_id: "
                                                      "docker:<image> is not supported by orch"]),
     "git_workdir.yaml": ([], ["SkyPilot field workdir: {url, ref} is not supported by orch"]),
-    "storage_mounts.yaml": ([], ["file_mounts: /datasets-s3, /checkpoints: storage buckets "
-                                 "in file_mounts are not supported by orch yet"]),
+    "storage_refused.yaml": ([], [
+        "file_mounts./r2.source: SkyPilot store r2 (Cloudflare R2) is not supported by orch",
+        "file_mounts./ibm.store: SkyPilot store ibm (IBM COS) is not supported by orch",
+        "file_mounts./both: name is not given with a bucket URI source",
+        "file_mounts./copy: mode COPY copies a source"]),
     "service.yaml": ([], ["service: SkyPilot field service is not supported by orch"]),
     "secrets.yaml": ([], ["secrets.HF_TOKEN: required", "secrets.WANDB_API_KEY: required",
                           "--secret HF_TOKEN=VALUE"]),

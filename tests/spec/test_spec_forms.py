@@ -210,8 +210,6 @@ ROWS: dict[str, dict] = {
     "resources.volumes": {"resources": {"volumes": [{"path": "/m", "disk_size": 10}]}},
     "resources.image_id: docker:<image>": {"resources": {"image_id": "Docker:nvcr.io/x:1"}},
     "workdir: {url, ref}": {"workdir": {"url": "https://github.com/a/b", "ref": "v1"}},
-    "file_mounts: bucket URI or {name, source, store, mode}": {
-        "file_mounts": {"/d": "gs://bucket/prefix"}},
 }
 
 
