@@ -21,7 +21,10 @@ in the wait's request, and :func:`after_operations` looks at them before anythin
 The wait's input is all it needs, so a retried attempt (another worker, after a crash)
 knows them too, and a failed operation surfaces with its own code (a GCP insert out of
 capacity leaves no instance to look at). Waits whose call had nothing to report (EC2,
-or a cloud's own state is enough) pass none.
+whose instances' states say everything) pass none. A call that cannot start everything
+yet (instances still stopping, an Azure VM's network still being made) is itself polled
+until it has (:class:`StartInstances`): each call is short and goes on where the last
+one stopped.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Each story runs in ``python -m workers`` processes (``short_heartbeat_worker``: 
 calls and waits under a :data:`HEARTBEAT` timeout) against a dev server of its own: a
 launch (FailoverWorkflow) whose worker is killed while it waits for RUNNING after the
 create, then a down (TeardownWorkflow) whose worker is killed while it waits for the long
-delete (on Azure, the resource group's). After each kill another worker starts, and the
-test checks that
+delete (on Azure, the resource group's). A second worker is polling all along and picks
+the wait up again, and the test checks that
 
 * the server noticed the dead worker by the heartbeat timeout: the wait's retry has a
   heartbeat timeout as its last failure, in the history;
@@ -106,14 +106,18 @@ def story(request: pytest.FixtureRequest) -> Story:
 
 @dataclass
 class Wait:
-    """A wait activity as the server sees it: its attempt and latest heartbeat details."""
+    """A wait activity as the server sees it: its attempt, its latest heartbeat details,
+    and the worker running it (``pid@host``)."""
 
     attempt: int
     progress: WaitProgress | None
+    worker: str
 
 
 class Workers:
-    """``python -m workers`` processes on one queue, one after the other."""
+    """``python -m workers`` processes on one queue. One more than the story needs is
+    always running, so that a worker's start (seconds of imports on a loaded machine) is
+    never what a resumed wait waits for."""
 
     def __init__(self, env: WorkflowEnvironment, tmp_path: Path) -> None:
         self.env, self.tmp_path = env, tmp_path
@@ -139,7 +143,8 @@ class Workers:
                    if p.activity_type.name == name]
         if not pending:
             return None
-        return Wait(pending[0].attempt, await self.progress(pending[0].heartbeat_details))
+        return Wait(pending[0].attempt, await self.progress(pending[0].heartbeat_details),
+                    pending[0].last_worker_identity)
 
     async def progress(self, details: Payloads) -> WaitProgress | None:
         """Heartbeat details, as the waiter wrote them."""
@@ -149,10 +154,10 @@ class Workers:
         return WaitProgress.model_validate(value) if isinstance(value, dict) else None
 
     async def kill_mid_wait(self, handle: WorkflowHandle[Any, Any], name: str) -> WaitProgress:
-        """Once the running worker's wait has polled, SIGKILL it; start the next one."""
-        worker = self.started[-1]
+        """Once the wait has polled, SIGKILL the worker running it, and start a spare."""
         wait = await self._until(handle, name, lambda w: w.progress is not None
                                  and w.progress.polls >= 1, "the wait to poll")
+        (worker,) = [w for w in self.started if wait.worker.startswith(f"{w.pid}@")]
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
         self.start()
@@ -213,6 +218,7 @@ async def test_a_worker_killed_mid_wait_resumes_it_without_duplicates(
 ) -> None:
     workers = Workers(dev_server, tmp_path)
     task = Task(name="killed", num_nodes=NODES, resources=story.cloud.resources)
+    workers.start()
     workers.start()
     try:
         launch = await workers.run(FailoverWorkflow.run,

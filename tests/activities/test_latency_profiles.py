@@ -35,7 +35,7 @@ from temporalio.testing import WorkflowEnvironment
 from orch.records import TeardownInput
 from orch.spec import Task
 from tests.activities import profiles
-from tests.activities.conftest import Moto, activities_started
+from tests.activities.conftest import Moto, activity_runs
 from tests.activities.profiles import Cloud
 from tests.fakes.ec2_fault_front import EC2FaultFront
 from workflows.failover import FailoverInput, FailoverOutput, FailoverWorkflow
@@ -75,10 +75,11 @@ async def run(env: WorkflowEnvironment, queue: str, workflow: Any, request: Any
     return await handle.result(), handle
 
 
-async def retried(handles: list[WorkflowHandle[Any, Any]]) -> list[tuple[str, int]]:
-    """Every activity run past its first attempt, over all the story's workflows."""
-    return [(name, attempt) for handle in handles
-            for name, attempt in await activities_started(handle) if attempt > 1]
+async def retried(handles: list[WorkflowHandle[Any, Any]]) -> list[str]:
+    """Every activity run past its first attempt, over all the story's workflows, with
+    why the attempt before failed."""
+    return [f"{name} attempt {run.attempt} after {run.last_failure}" for handle in handles
+            for name, run in await activity_runs(handle) if run.attempt > 1]
 
 
 async def test_launch_stop_start_down_at_the_clouds_pace(
