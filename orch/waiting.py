@@ -16,7 +16,8 @@ Temporal.
 How a wait learns about the cloud's operations in flight: the call that started them
 returns them (:class:`orch.clouds.base.Operation`: a GCP Operation's name and zone; for
 Azure the resource whose provisioning state carries its operation's outcome, as ARM
-keeps a failed VM create's code in the VM's instance view), the workflow passes them on
+keeps a failed VM create's code in the VM's instance view, or the address of ARM's record
+of a resource group's delete), the workflow passes them on
 in the wait's request, and :func:`after_operations` looks at them before anything else.
 The wait's input is all it needs, so a retried attempt (another worker, after a crash)
 knows them too, and a failed operation surfaces with its own code (a GCP insert out of

@@ -16,8 +16,9 @@ accepted it) for all VMs at once and handed back as an :class:`Operation` naming
 resource it acts on, and :meth:`AzureProvider.check_operations` follows it through that
 resource's own provisioning state, where ARM also keeps a failure: a VM whose create,
 start or deallocate failed is ``Failed`` with ``ProvisioningState/failed/<code>`` in its
-instance view (AllocationFailed, SkuNotAvailable...), a resource group being deleted is
-``Deleting`` until it is gone. The network a VM needs is made in layers, one step per
+instance view (AllocationFailed, SkuNotAvailable...). A resource group's delete keeps
+its failure in ARM's record of the operation only, which it follows by its address
+(:mod:`orch.clouds.azure_groups`). The network a VM needs is made in layers, one step per
 ``run_instances`` call (:mod:`orch.clouds.azure_network`); a call that finds it
 unfinished, or VMs still deallocating, returns ``waiting_for`` and is called again.
 
@@ -43,6 +44,7 @@ from azure.mgmt.resource.resources.models import ResourceGroup
 
 from orch.clouds import azure_resources as res
 from orch.clouds.azure_errors import classify, is_absent, translated
+from orch.clouds.azure_groups import DELETE_GROUP, delete_state, start_delete
 from orch.clouds.azure_identity import IdentityChain, identity_chain
 from orch.clouds.azure_network import ClusterNetwork, provisioning_state
 from orch.clouds.azure_vms import is_head, nic_id, node_order, vm_failure, vm_status, vm_zone
@@ -70,10 +72,10 @@ REQUIRED_PROVIDERS = ("Microsoft.Compute", "Microsoft.Network")
 T = TypeVar("T")
 
 # What an Operation does, and what it names: a VM (create, start, deallocate, delete), the
-# resource group (its delete), the security group (an update).
+# security group (an update); the resource group's delete is azure_groups'.
 CREATE, START, DEALLOCATE, DELETE = "create", "start", "deallocate", "delete"
 VM_OPERATIONS = frozenset({CREATE, START, DEALLOCATE, DELETE})
-DELETE_GROUP, UPDATE = "delete-group", "update"
+UPDATE = "update"
 _IN_PROGRESS = frozenset({"Creating", "Updating", "Deleting", "Accepted"})
 
 def _start_all(starts: Iterable[Callable[[], Any]]) -> None:
@@ -252,48 +254,39 @@ class AzureProvider:
     def check_operations(self, region: str, cluster_name: str,
                          operations: list[Operation]) -> StateCheck:
         """Each operation through the provisioning state of what it acts on: running while
-        it is Creating, Updating or Deleting; failed when Failed (the VM's instance view
-        says why), or when a group stopped deleting without being gone. Raises the first
-        failure once none is left running."""
+        it is Creating, Updating or Deleting, failed when Failed (a VM's instance view
+        says why); a group's delete through ARM's record of it (:mod:`azure_groups`).
+        Raises the first failure once none is left running."""
         group = res.resource_group_name(cluster_name, region)
         with translated(region):
             vms = {vm.name: vm for vm in self._cluster_vms(region, cluster_name)} if any(
                 op.kind in VM_OPERATIONS for op in operations) else {}
-            states = {op.name: self._state_of(op, group, vms) for op in operations}
-        running = [f"{op} {states[op.name]}" for op in operations
-                   if states[op.name] in _IN_PROGRESS]
+            states = [self._state_of(op, region, group, vms) for op in operations]
+        running = [f"{op} {state}" for op, state in zip(operations, states, strict=True)
+                   if state in _IN_PROGRESS]
         if running:
             return StateCheck(done=False, seen=", ".join(running))
-        for op in operations:
-            if states[op.name] == "Failed":
-                raise self._failure(op, region, group, vms.get(op.name))
+        for op, state in zip(operations, states, strict=True):
+            if state == "Failed":
+                vm = vms.get(op.name)
+                if vm is not None and (failure := vm_failure(vm)):
+                    raise classify(*failure, status=None, region=region, zone=vm_zone(vm))
+                raise ProvisionError(f"Azure {region}: {op} failed", code="ProvisioningFailed",
+                                     scope=BlockScope.REGION)
         return StateCheck(done=True, seen=", ".join(f"{op} done" for op in operations))
 
-    def _state_of(self, op: Operation, group: str, vms: dict[str | None, VirtualMachine]
-                  ) -> str:
+    def _state_of(self, op: Operation, region: str, group: str,
+                  vms: dict[str | None, VirtualMachine]) -> str:
         """The provisioning state that tells how ``op`` goes ("" once its resource is
         gone)."""
+        if op.kind == DELETE_GROUP:
+            return delete_state(self._resources, op, endpoint=self.endpoint,
+                                subscription_id=self.subscription_id, region=region)
         if op.kind in VM_OPERATIONS:
             resource: Any = vms.get(op.name)
-        elif op.kind == DELETE_GROUP:
-            resource = self._get(self._resources.resource_groups.get, group)
         else:
             resource = self._get(self._network.network_security_groups.get, group, op.name)
-        state = provisioning_state(resource) if resource is not None else ""
-        if op.kind == DELETE_GROUP and state not in ("", "Deleting"):
-            return "Failed"  # the delete ended, and the group is still there
-        return state
-
-    def _failure(self, op: Operation, region: str, group: str,
-                 vm: VirtualMachine | None) -> ProvisionError:
-        if vm is not None and (failure := vm_failure(vm)):
-            return classify(*failure, status=None, region=region, zone=vm_zone(vm))
-        if op.kind == DELETE_GROUP:
-            return ProvisionError(f"Azure {region}: resource group {group} is still there "
-                                  "after its delete ended", code="ResourceGroupNotDeleted",
-                                  scope=BlockScope.REGION)
-        return ProvisionError(f"Azure {region}: {op} failed", code="ProvisioningFailed",
-                              scope=BlockScope.REGION)
+        return provisioning_state(resource) if resource is not None else ""
 
     @staticmethod
     def _get(read: Callable[..., T], *names: str) -> T | None:
@@ -379,11 +372,9 @@ class AzureProvider:
         disks included). Workers only: their VMs, whose NICs and IPs go with them."""
         group = res.resource_group_name(cluster_name, region)
         with translated(region):
-            if not worker_only:
-                delete = partial(self._resources.resource_groups.begin_delete, polling=False)
-                if self._get(delete, group) is None:
-                    return []  # already gone, or never created
-                return [Operation(kind=DELETE_GROUP, name=group)]
+            if not worker_only:  # nothing when already gone, or never created
+                started = start_delete(self._resources, group, self.subscription_id)
+                return [started] if started else []
             workers = [vm.name or "" for vm in self._cluster_vms(region, cluster_name)
                        if not is_head(vm)]
             _start_all(partial(self._compute.virtual_machines.begin_delete, group, name,

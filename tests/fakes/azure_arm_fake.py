@@ -224,6 +224,9 @@ class AzureArmFake:
         self.lro_polls = lro_polls
         self.calls: list[str] = []  # ARM operation ids, in order
         self.registered_providers = {"Microsoft.Compute", "Microsoft.Network"}
+        # ARM keeps an operation's record (its Location) for a while only: once expired,
+        # the operations still run but their Location answers 404.
+        self.records_expired = False
         self._resources: dict[str, Json] = {}  # lower-case resource id -> resource
         self._power: dict[str, str | None] = {}  # VM id -> PowerState code suffix
         self._failures: dict[str, Json] = {}  # VM id -> error of its last failed operation
@@ -540,6 +543,9 @@ class AzureArmFake:
         return _Reply(200, body, _retry_after(op))
 
     def _operation_result(self, call: _Call) -> _Reply:
+        if self.records_expired:
+            raise ArmError(404, "NotFound", f"The operation '{call.groups['op']}' was not "
+                           "found.")
         op = self._advance(call.groups["op"])
         if op.status == "InProgress":
             return _Reply(202, None, {"Location": f"{self.base_url}{call.url}"})

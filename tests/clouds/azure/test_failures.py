@@ -16,6 +16,7 @@ from orch.clouds.errors import (
     BlockScope,
     CapacityError,
     InvalidConfigError,
+    ProvisionError,
     QuotaError,
     TransientError,
 )
@@ -79,6 +80,47 @@ def test_allocation_failure_on_start(provider: AzureProvider, fake: AzureArmFake
     record = provisioned(provider, config("c1", 1))
     assert record.resumed_instance_ids == ["c1-head"] and record.created_instance_ids == []
     assert fake.power_state("c1-head") == "running"
+
+
+def test_a_failed_deallocate_is_seen_on_the_vm(provider: AzureProvider,
+                                               fake: AzureArmFake) -> None:
+    provisioned(provider, config("c1", 1))
+    fake.inject_fault("VirtualMachines_Deallocate", "AllocationFailed", in_operation=True)
+
+    operations = provider.stop_instances("eastus", "c1")  # accepted: it fails later
+    with pytest.raises(CapacityError) as caught:
+        settle(provider, "eastus", "c1", operations)
+    assert caught.value.code == "AllocationFailed"
+
+
+def test_a_resource_group_whose_delete_failed_is_reported(provider: AzureProvider,
+                                                          fake: AzureArmFake) -> None:
+    provisioned(provider, config("c1", 1))
+    fake.inject_fault("ResourceGroups_Delete", "ResourceGroupDeletionBlocked",
+                      in_operation=True)
+
+    operations = provider.terminate_instances("eastus", "c1")
+    (delete,) = operations
+    assert delete.name.startswith("operationresults/")  # no subscription id in a history
+    with pytest.raises(ProvisionError) as caught:
+        settle(provider, "eastus", "c1", operations)
+    assert caught.value.code == "ResourceGroupDeletionBlocked"  # ARM's own, as its poller's
+    assert caught.value.scope == BlockScope.REGION
+    assert fake.resource_groups() == ["orch-c1-eastus"]
+    settle(provider, "eastus", "c1", provider.terminate_instances("eastus", "c1"))  # again
+    assert fake.resource_groups() == []
+
+
+def test_a_delete_whose_record_expired_is_followed_on_the_group(
+    provider: AzureProvider, fake: AzureArmFake
+) -> None:
+    provisioned(provider, config("c1", 1))
+    operations = provider.terminate_instances("eastus", "c1")
+    fake.records_expired = True
+
+    settle(provider, "eastus", "c1", operations)
+
+    assert fake.resource_groups() == []
 
 
 def test_family_quota_checked_before_any_vm_is_created(
