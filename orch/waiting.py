@@ -12,16 +12,37 @@ the first attempt started, so an attempt retried after a worker crash passes the
 progress back in and keeps the original deadline instead of starting a fresh one (the
 activity layer stores the progress in its heartbeat details). Nothing here knows about
 Temporal.
+
+How a wait learns about the cloud's operations in flight: the call that started them
+returns them (:class:`orch.clouds.base.Operation`: a GCP Operation's name and zone; for
+Azure the resource whose provisioning state carries its operation's outcome, as ARM
+keeps a failed VM create's code in the VM's instance view, or the address of ARM's record
+of a resource group's delete), the workflow passes them on
+in the wait's request, and :func:`after_operations` looks at them before anything else.
+The wait's input is all it needs, so a retried attempt (another worker, after a crash)
+knows them too, and a failed operation surfaces with its own code (a GCP insert out of
+capacity leaves no instance to look at). Waits whose call had nothing to report (EC2,
+whose instances' states say everything) pass none. A call that cannot start everything
+yet (instances still stopping, an Azure VM's network still being made) is itself polled
+until it has (:class:`StartInstances`): each call is short and goes on where the last
+one stopped.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel, ConfigDict
 
-from orch.clouds.base import InstanceStatus, Provider, StateCheck
+from orch.clouds.base import (
+    InstanceStatus,
+    Operation,
+    Provider,
+    ProvisionConfig,
+    ProvisionRecord,
+    StateCheck,
+)
 from orch.clouds.errors import TransientError
 
 FIRST_GAP_S = 1.0
@@ -59,14 +80,17 @@ def wait_until(
     timeout_s: float,
     report: Callable[[WaitProgress], None],
     *,
-    first_gap_s: float = FIRST_GAP_S,
-    max_gap_s: float = MAX_GAP_S,
+    first_gap_s: float | None = None,
+    max_gap_s: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
     now: Callable[[], float] = time.time,
 ) -> WaitProgress:
     """Poll ``check`` until it is done; return the final progress. Errors raised by the
-    check (an instance lost while booting, a failed operation) pass through."""
-    gap = first_gap_s
+    check (an instance lost while booting, a failed operation) pass through. The gaps
+    default to :data:`FIRST_GAP_S` and :data:`MAX_GAP_S` as they are at the call (tests
+    whose fakes count polls, not seconds, shorten them)."""
+    gap = FIRST_GAP_S if first_gap_s is None else first_gap_s
+    max_gap_s = MAX_GAP_S if max_gap_s is None else max_gap_s
     while True:
         seen = check()
         progress = progress.model_copy(update={"polls": progress.polls + 1,
@@ -85,3 +109,51 @@ def wait_until(
 def state_check(provider: Provider, region: str, cluster_name: str,
                 state: InstanceStatus) -> Callable[[], StateCheck]:
     return lambda: provider.check_instances(region, cluster_name, state)
+
+
+def after_operations(provider: Provider, region: str, cluster_name: str,
+                     operations: list[Operation], then: Callable[[], StateCheck]
+                     ) -> Callable[[], StateCheck]:
+    """A check that waits for ``operations`` to end first, then for ``then``: instances
+    are looked at only once the work on them is over, so a start still under way is not
+    taken for an instance that stopped, and a failed operation raises its own error."""
+    settled = not operations
+
+    def check() -> StateCheck:
+        nonlocal settled
+        if not settled:
+            seen = provider.check_operations(region, cluster_name, operations)
+            if not seen.done:
+                return seen
+            settled = True
+        return then()
+
+    return check
+
+
+class StartInstances:
+    """``run_instances`` as a check, for :func:`wait_until`: each poll calls it again until
+    it has started everything (a call that had to wait for something, instances still
+    stopping or a network still being made, says so in ``waiting_for``, and the next one
+    goes on from there). :attr:`record` sums up what the calls did."""
+
+    def __init__(self, provider: Provider, config: ProvisionConfig) -> None:
+        self.provider, self.config = provider, config
+        self.steps: list[ProvisionRecord] = []
+
+    def __call__(self) -> StateCheck:
+        self.steps.append(self.provider.run_instances(self.config))
+        waiting_for = self.steps[-1].waiting_for
+        return StateCheck(done=not waiting_for, seen=waiting_for)
+
+    @property
+    def record(self) -> ProvisionRecord:
+        """The last call's record, with every call's instances and operations."""
+        def union(lists: Iterable[list[str]]) -> list[str]:
+            return list(dict.fromkeys(item for items in lists for item in items))
+
+        return self.steps[-1].model_copy(update={
+            "created_instance_ids": union(s.created_instance_ids for s in self.steps),
+            "resumed_instance_ids": union(s.resumed_instance_ids for s in self.steps),
+            "operations": [op for s in self.steps for op in s.operations],
+        })

@@ -45,7 +45,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from orch.clouds.base import ClusterInfo, InstanceStatus, ProvisionConfig
+    from orch.clouds.base import ClusterInfo, InstanceStatus, ProvisionConfig, ProvisionRecord
     from orch.clouds.errors import BlockScope
     from orch.contracts.plan import PLAN_CANDIDATES, PlanRequest
     from orch.contracts.provision import (
@@ -59,7 +59,9 @@ with workflow.unsafe.imports_passed_through():
         WAIT_RUNNING,
         InstancesRequest,
         ProvisionRequest,
+        TeardownStarted,
         WaitGoneRequest,
+        WaitRunningRequest,
     )
     from orch.failover_rules import (
         AttemptLog,
@@ -303,12 +305,15 @@ class FailoverWorkflow:
                 _stop_if_cancelled()
                 if here not in self.created:
                     self.created.append(here)
-                await workflow.execute_activity(
-                    RUN_INSTANCES, provision, **PROVIDER_CALL, cancellation_type=wait_for_it,
+                started = await workflow.execute_activity(
+                    RUN_INSTANCES, provision, result_type=ProvisionRecord, **PROVIDER_CALL,
+                    cancellation_type=wait_for_it,
                     summary=provision_call("create", config, cloud))
                 _stop_if_cancelled()
                 await workflow.execute_activity(
-                    WAIT_RUNNING, instances, **LONG_CALL, cancellation_type=wait_for_it,
+                    WAIT_RUNNING, WaitRunningRequest(**instances.model_dump(),
+                                                     operations=started.operations),
+                    **LONG_CALL, cancellation_type=wait_for_it,
                     summary=instances_call("describe", cloud, region, request.cluster_name)
                     + " until running")
                 _stop_if_cancelled()
@@ -419,15 +424,12 @@ class FailoverWorkflow:
         """Partial nodes must be gone (or stopped) before the next candidate is tried."""
         step = "stop" if was_up else "terminate"
         call = instances_call(step, instances.cloud, instances.region, instances.cluster_name)
-        if was_up:
-            await workflow.execute_activity(STOP_INSTANCES, instances, result_type=list[str],
-                                            **PROVIDER_CALL, summary=f"{call}: partial nodes")
-            target: InstanceStatus | None = InstanceStatus.STOPPED
-        else:
-            await workflow.execute_activity(TERMINATE_INSTANCES, instances, result_type=list[str],
-                                            **PROVIDER_CALL, summary=f"{call}: partial nodes")
-            target = None
+        started = await workflow.execute_activity(
+            STOP_INSTANCES if was_up else TERMINATE_INSTANCES, instances,
+            result_type=TeardownStarted, **PROVIDER_CALL, summary=f"{call}: partial nodes")
+        target = InstanceStatus.STOPPED if was_up else None
         await workflow.execute_activity(
-            WAIT_INSTANCES_GONE, WaitGoneRequest(instances=instances, target=target),
+            WAIT_INSTANCES_GONE, WaitGoneRequest(instances=instances, target=target,
+                                                 operations=started.operations),
             **LONG_CALL, summary=f"{call}: wait until {'stopped' if was_up else 'gone'}",
         )

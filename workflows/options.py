@@ -5,16 +5,27 @@ How long each step may take on a real cloud, and how soon a dead worker is notic
 =====================  ==============  =========  =====================================
 options                start-to-close  heartbeat  for
 =====================  ==============  =========  =====================================
-``PROVIDER_CALL``      10 min          20 s       one provider call: quota, RunInstances
-                                                  (an Azure create starts NIC, IP and VM;
-                                                  an AWS resume first waits out
-                                                  ``stopping``), describe, stop,
-                                                  terminate, ports. Heartbeats from a
-                                                  side thread while the call blocks.
-``LONG_CALL``          6 h             20 s       waits (RUNNING: 15 min bound of its own,
-                                                  counted from the first attempt; stopped
-                                                  or gone: 10 min), node setup, pip, Ray,
-                                                  file sync, the user's setup.
+``PROVIDER_CALL``      10 min          20 s       one provider call that starts work
+                                                  and returns: quota, RunInstances
+                                                  (GCP/Azure: creates and starts are
+                                                  started, not awaited; the call waits
+                                                  only for what they need first, 5 min
+                                                  at most: instances still stopping, an
+                                                  Azure VM's network; an AWS resume
+                                                  still waits out ``stopping``),
+                                                  describe, stop, terminate (started,
+                                                  not awaited), ports (a GCP firewall
+                                                  operation, 2 min at most). Heartbeats
+                                                  while the call blocks.
+``LONG_CALL``          6 h             20 s       waits, each with a bound of its own
+                                                  counted from its first attempt: for
+                                                  RUNNING 15 min (the create and start
+                                                  operations first), until stopped or
+                                                  gone 30 min (the stop and delete
+                                                  operations first; an Azure resource
+                                                  group can take more than 10); node
+                                                  setup, pip, Ray, file sync, the
+                                                  user's setup.
 ``CLOUD_CALL``         2 min           none       short calls that are not provider calls:
                                                   planning, job submission.
 ``BEST_EFFORT``        90 s            20 s       checks whose failure is tolerated.
@@ -22,7 +33,8 @@ options                start-to-close  heartbeat  for
 
 A worker killed in any provider call or wait is noticed within ``HEARTBEAT`` (20 s) and
 the call retried on another worker; waits resume from their heartbeat details with the
-deadline they started with (``orch/waiting.py``).
+deadline they started with (``orch/waiting.py``), and the operations they wait for are in
+their input (``orch/contracts/provision.py``), so nothing is started twice.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         TERMINATE_INSTANCES,
         WAIT_INSTANCES_GONE,
         InstancesRequest,
+        TeardownStarted,
         WaitGoneRequest,
     )
     from orch.contracts.runtime import STOP_RAY, NodesRequest
@@ -111,14 +112,16 @@ class TeardownWorkflow:
         action = TERMINATE_INSTANCES if request.terminate else STOP_INSTANCES
         call = instances_call("terminate" if request.terminate else "stop", cloud, region, name)
         workflow.set_current_details(f"**Now:** {call}")
-        found = await workflow.execute_activity(action, instances, result_type=list[str],
-                                                **PROVIDER_CALL, summary=call)
+        started = await workflow.execute_activity(action, instances, result_type=TeardownStarted,
+                                                  **PROVIDER_CALL, summary=call)
+        found = started.instances
         workflow.set_current_details(f"**Now:** waiting until {len(found)} instance(s) are "
                                      f"{verb}")
         await workflow.execute_activity(
             WAIT_INSTANCES_GONE,
             WaitGoneRequest(
-                instances=instances, target=None if request.terminate else InstanceStatus.STOPPED
+                instances=instances, target=None if request.terminate else InstanceStatus.STOPPED,
+                operations=started.operations,
             ),
             **LONG_CALL,
             summary=instances_call("describe", cloud, region, name) + f" until {verb}",

@@ -41,6 +41,7 @@ from orch.clouds.base import (
     ClusterInfo,
     InstanceStatus,
     NodeInfo,
+    Operation,
     ProvisionConfig,
     ProvisionRecord,
     StateCheck,
@@ -328,17 +329,24 @@ class AWSProvider:
         return {image["ImageId"]: image for image in images}
 
     # -- stopping and terminating -------------------------------------------------------
-    def stop_instances(self, region: str, cluster_name: str, worker_only: bool = False) -> None:
+    def check_operations(self, region: str, cluster_name: str,
+                         operations: list[Operation]) -> StateCheck:
+        """EC2's calls start nothing to wait for but the instances' own state changes."""
+        return StateCheck(done=True)
+
+    def stop_instances(self, region: str, cluster_name: str, worker_only: bool = False
+                       ) -> list[Operation]:
         ec2 = self._ec2(region)
         with translated():
             ids = [i["InstanceId"] for i in describe_cluster(
                 ec2, cluster_name, ("pending", "running"), workers_only=worker_only)]
             if ids:
                 ec2.stop_instances(InstanceIds=ids)
+        return []
 
     def terminate_instances(
         self, region: str, cluster_name: str, worker_only: bool = False
-    ) -> None:
+    ) -> list[Operation]:
         """Terminate by tag; the whole cluster's key pairs go too (only launches use them)."""
         ec2 = self._ec2(region)
         with translated():
@@ -349,16 +357,20 @@ class AWSProvider:
                 ec2.terminate_instances(InstanceIds=ids)
             if not worker_only:
                 aws_network.delete_key_pairs(ec2, cluster_name)
+        return []
 
     # -- ports --------------------------------------------------------------------------
-    def open_ports(self, region: str, cluster_name: str, ports: list[str]) -> None:
+    def open_ports(self, region: str, cluster_name: str, ports: list[str]
+                   ) -> list[Operation]:
         with translated():
             aws_network.ensure_security_group(self._ec2(region), cluster_name, ports)
+        return []
 
-    def cleanup_ports(self, region: str, cluster_name: str) -> None:
+    def cleanup_ports(self, region: str, cluster_name: str) -> list[Operation]:
         """Delete the cluster's security group once no instance uses it."""
         with translated():
             aws_network.delete_security_group_if_unused(self._ec2(region), cluster_name)
+        return []
 
     # -- credentials --------------------------------------------------------------------
     def credentials_ok(self) -> tuple[bool, str]:

@@ -9,9 +9,18 @@ that endpoint's audience.
 
 Every write is ARM's create-or-update on a name derived from the cluster
 (:mod:`orch.clouds.azure_resources`), so a retried call finds what an earlier attempt made
-and the idempotency token is not needed. Long-running operations are started for all VMs
-first and then waited on together (the SDK's pollers run in threads), so N VMs take about
-as long as one.
+and the idempotency token is not needed.
+
+No call waits for a long-running operation: each is started (``polling=False``: ARM has
+accepted it) for all VMs at once and handed back as an :class:`Operation` naming the
+resource it acts on, and :meth:`AzureProvider.check_operations` follows it through that
+resource's own provisioning state, where ARM also keeps a failure: a VM whose create,
+start or deallocate failed is ``Failed`` with ``ProvisioningState/failed/<code>`` in its
+instance view (AllocationFailed, SkuNotAvailable...). A resource group's delete keeps
+its failure in ARM's record of the operation only, which it follows by its address
+(:mod:`orch.clouds.azure_groups`). The network a VM needs is made in layers, one step per
+``run_instances`` call (:mod:`orch.clouds.azure_network`); a call that finds it
+unfinished, or VMs still deallocating, returns ``waiting_for`` and is called again.
 
 The SDK's own retry loop is off (``retry_total=0``): a throttled or failed call becomes a
 :class:`TransientError` at once, and the caller (a Temporal activity) retries with its
@@ -27,23 +36,24 @@ from typing import Any, TypeVar
 
 from azure.core.credentials import TokenCredential
 from azure.core.exceptions import AzureError, ClientAuthenticationError, ResourceNotFoundError
-from azure.core.polling import LROPoller
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import VirtualMachine
 from azure.mgmt.network import NetworkManagementClient
-from azure.mgmt.network.models import NetworkSecurityGroup
 from azure.mgmt.resource.resources import ResourceManagementClient
 from azure.mgmt.resource.resources.models import ResourceGroup
 
 from orch.clouds import azure_resources as res
 from orch.clouds.azure_errors import classify, is_absent, translated
+from orch.clouds.azure_groups import DELETE_GROUP, delete_state, start_delete
 from orch.clouds.azure_identity import IdentityChain, identity_chain
+from orch.clouds.azure_network import ClusterNetwork, provisioning_state
+from orch.clouds.azure_vms import is_head, nic_id, node_order, vm_failure, vm_status, vm_zone
 from orch.clouds.base import (
     TAG_CLUSTER,
-    TAG_NODE_KIND,
     ClusterInfo,
     InstanceStatus,
     NodeInfo,
+    Operation,
     ProvisionConfig,
     ProvisionRecord,
     StateCheck,
@@ -53,94 +63,32 @@ from orch.clouds.errors import (
     BlockScope,
     ProvisionError,
     QuotaError,
-    TransientError,
 )
 from orch.settings import load_settings
 
 ENDPOINT_ENV = "ORCH_AZURE_ENDPOINT"
 SUBSCRIPTION_ENV = "AZURE_SUBSCRIPTION_ID"
-DEFAULT_POLLING_INTERVAL = 5.0  # seconds between polls when ARM sends no Retry-After
 REQUIRED_PROVIDERS = ("Microsoft.Compute", "Microsoft.Network")
 T = TypeVar("T")
 
-_POWER_STATES = {
-    "starting": InstanceStatus.PENDING,
-    "running": InstanceStatus.RUNNING,
-    "stopping": InstanceStatus.STOPPING,
-    "deallocating": InstanceStatus.STOPPING,
-    "stopped": InstanceStatus.STOPPED,
-    "deallocated": InstanceStatus.STOPPED,
-}
+# What an Operation does, and what it names: a VM (create, start, deallocate, delete), the
+# security group (an update); the resource group's delete is azure_groups'.
+CREATE, START, DEALLOCATE, DELETE = "create", "start", "deallocate", "delete"
+VM_OPERATIONS = frozenset({CREATE, START, DEALLOCATE, DELETE})
+UPDATE = "update"
+_IN_PROGRESS = frozenset({"Creating", "Updating", "Deleting", "Accepted"})
 
-
-def _statuses(vm: VirtualMachine) -> list[tuple[str, str]]:
-    """(code, message) of the VM's instance-view statuses (listed with instanceView)."""
-    view = vm.properties.instance_view if vm.properties else None
-    return [(s.code or "", s.message or "") for s in (view.statuses if view else None) or []]
-
-
-def _vm_status(vm: VirtualMachine) -> InstanceStatus:
-    """A VM's state from its provisioning state and ``PowerState/...`` status; a VM that
-    is still being created has no power state yet (PENDING)."""
-    if vm.properties and vm.properties.provisioning_state == "Deleting":
-        return InstanceStatus.TERMINATING
-    for code, _ in _statuses(vm):
-        if code.startswith("PowerState/"):
-            return _POWER_STATES.get(code.removeprefix("PowerState/"), InstanceStatus.PENDING)
-    return InstanceStatus.PENDING
-
-
-def _vm_failure(vm: VirtualMachine) -> tuple[str, str] | None:
-    """The error code and message of a VM whose last operation failed."""
-    if not vm.properties or vm.properties.provisioning_state != "Failed":
-        return None
-    for code, message in _statuses(vm):
-        if code.startswith("ProvisioningState/failed/"):
-            return code.removeprefix("ProvisioningState/failed/"), message
-    return "ProvisioningFailed", f"{vm.name} is in provisioning state Failed"
-
-
-def _is_head(vm: VirtualMachine) -> bool:
-    return (vm.tags or {}).get(TAG_NODE_KIND) == "head"
-
-
-def _node_order(vm: VirtualMachine) -> tuple[int, int, str]:
-    """Head first, then workers by their index (worker-2 before worker-10)."""
-    name = vm.name or ""
-    index = name.rsplit("-", 1)[-1]
-    return (0 if _is_head(vm) else 1, int(index) if index.isdigit() else 0, name)
-
-
-def _zone(vm: VirtualMachine) -> str | None:
-    return vm.zones[0] if vm.zones else None
-
-
-def _nic_id(vm: VirtualMachine) -> str:
-    """The (lower-case) id of the VM's primary network interface."""
-    profile = vm.properties.network_profile if vm.properties else None
-    refs = (profile.network_interfaces if profile else None) or []
-    return (refs[0].id or "").lower() if refs else ""
-
-
-def _run_all(starts: Iterable[Callable[[], LROPoller[T]]]) -> list[T]:
-    """Start every long-running operation (one refused does not stop the others), wait
-    for all of them so none is left running, then raise the first error."""
+def _start_all(starts: Iterable[Callable[[], Any]]) -> None:
+    """Start every long-running operation (one refused does not stop the others), then
+    raise the first refusal."""
     errors: list[AzureError] = []
-    pollers = []
     for start in starts:
         try:
-            pollers.append(start())
-        except AzureError as err:
-            errors.append(err)
-    results = []
-    for poller in pollers:
-        try:
-            results.append(poller.result())
+            start()
         except AzureError as err:
             errors.append(err)
     if errors:
         raise errors[0]
-    return results
 
 
 class AzureProvider:
@@ -151,11 +99,9 @@ class AzureProvider:
         credential: TokenCredential | None = None,
         subscription_id: str | None = None,
         endpoint: str | None = None,
-        polling_interval: float = DEFAULT_POLLING_INTERVAL,
     ):
         self.subscription_id = subscription_id or os.environ.get(SUBSCRIPTION_ENV, "")
         self.endpoint = endpoint or os.environ.get(ENDPOINT_ENV) or None
-        self.polling_interval = polling_interval
         self._given_credential = credential
 
     # ---- clients ----------------------------------------------------------------------
@@ -171,7 +117,6 @@ class AzureProvider:
         kwargs: dict[str, Any] = {
             "credential": self._credential,
             "subscription_id": self.subscription_id,
-            "polling_interval": self.polling_interval,
             "retry_total": 0,
         }
         if self.endpoint:
@@ -204,7 +149,7 @@ class AzureProvider:
                 raise
             return []
         return sorted((vm for vm in vms if (vm.tags or {}).get(TAG_CLUSTER) == cluster_name),
-                      key=_node_order)
+                      key=node_order)
 
     def _vm_size(self, region: str, instance_type: str) -> tuple[str, int] | None:
         """(quota family, vCPUs) of a VM size in a region, from the resource-SKU list."""
@@ -248,21 +193,23 @@ class AzureProvider:
                         code="QuotaExceeded")
 
     def run_instances(self, config: ProvisionConfig) -> ProvisionRecord:
-        """Resume the cluster's deallocated VMs, then create the missing ones (and their
-        network) with all their operations in flight at once. A VM whose creation failed
-        earlier is created again. Raises on the first failure; what was made stays, for the
-        caller to terminate."""
+        """Start the cluster's deallocated VMs, then (once their network is made) create
+        the missing ones, every operation in flight at once; returns them. A VM whose
+        creation failed earlier is created again. Raises on the first refusal; what was
+        made stays, for the caller to terminate."""
         zone = res.azure_zone(config.zone)
         group = res.resource_group_name(config.cluster_name, config.region)
+        wanted = res.vm_names(config.cluster_name, config.num_nodes)
+        record = ProvisionRecord(cloud=self.name, cluster_name=config.cluster_name,
+                                 region=config.region, zone=zone, head_instance_id=wanted[0])
         with translated(config.region, zone):
             existing = {vm.name: vm for vm in self._cluster_vms(config.region,
                                                                  config.cluster_name)}
-            wanted = res.vm_names(config.cluster_name, config.num_nodes)
-            status = {name: _vm_status(existing[name]) for name in wanted if name in existing}
+            status = {name: vm_status(existing[name]) for name in wanted if name in existing}
             stopping = [n for n, s in status.items() if s == InstanceStatus.STOPPING]
             if stopping:
-                raise TransientError(f"Azure: {', '.join(stopping)} still stopping; retry",
-                                     code="VMStopping")
+                return record.model_copy(update={"waiting_for": ", ".join(
+                    f"{name} deallocating" for name in stopping)})
             # A deallocated VM is started (also after a failed start); one whose creation
             # failed is created again.
             stopped = [n for n, s in status.items() if s == InstanceStatus.STOPPED]
@@ -270,68 +217,85 @@ class AzureProvider:
                 raise ProvisionError(f"Azure: {', '.join(stopped)} stopped and resuming is off",
                                      code="StoppedNodesExist", scope=BlockScope.REGION)
             missing = [n for n in wanted if n not in status or (
-                _vm_failure(existing[n]) and n not in stopped)]
+                vm_failure(existing[n]) and n not in stopped)]
             if missing:
                 res.check_vm_config(config)  # before anything is created
             vms = self._compute.virtual_machines
-            _run_all(partial(vms.begin_start, group, name) for name in stopped)
-            if missing:
-                self._create_vms(config, group, missing)
-        return ProvisionRecord(
-            cloud=self.name,
-            cluster_name=config.cluster_name,
-            region=config.region,
-            zone=zone,
-            head_instance_id=wanted[0],
-            created_instance_ids=missing,
-            resumed_instance_ids=stopped,
-        )
+            _start_all(partial(vms.begin_start, group, name, polling=False) for name in stopped)
+            operations = [Operation(kind=START, name=name) for name in stopped]
+            waiting_for = self._create_vms(config, group, missing) if missing else ""
+        if not waiting_for:
+            operations += [Operation(kind=CREATE, name=name) for name in missing]
+        return record.model_copy(update={
+            "created_instance_ids": [] if waiting_for else missing,
+            "resumed_instance_ids": stopped, "operations": operations,
+            "waiting_for": waiting_for})
 
-    def _create_vms(self, config: ProvisionConfig, group: str, names: list[str]) -> None:
+    def _create_vms(self, config: ProvisionConfig, group: str, names: list[str]) -> str:
+        """Start creating the VMs once their network is made; until then, one step towards
+        it, and what is still being made."""
         region, cluster, zone = config.region, config.cluster_name, res.azure_zone(config.zone)
         self._resources.resource_groups.create_or_update(
             group, ResourceGroup(location=region, tags={TAG_CLUSTER: cluster}))
-        nsg = self._ensure_ports(group, region, cluster, set(config.ports))
-        vnet = self._network.virtual_networks.begin_create_or_update(
-            group, res.vnet_name(cluster), res.vnet_body(region, cluster, nsg.id or "")).result()
-        subnet_id = vnet.properties.subnets[0].id if vnet.properties and (
-            vnet.properties.subnets) else None
-        ips = _run_all(partial(
-            self._network.public_ip_addresses.begin_create_or_update, group,
-            res.public_ip_name(name), res.public_ip_body(region, cluster, zone))
-            for name in names)
-        nics = _run_all(partial(
-            self._network.network_interfaces.begin_create_or_update, group, res.nic_name(name),
-            res.nic_body(region, cluster, subnet_id or "", ip.id or "",
-                         accelerated=res.accelerated_networking(config)))
-            for name, ip in zip(names, ips, strict=True))
-        _run_all(partial(
+        waiting_for, nic_ids = self._cluster_network(region, cluster).prepare(
+            names, set(config.ports), zone, res.accelerated_networking(config))
+        if waiting_for:
+            return waiting_for
+        _start_all(partial(
             self._compute.virtual_machines.begin_create_or_update, group, name,
-            res.vm_body(config, name, name == res.head_name(cluster), nic.id or ""))
-            for name, nic in zip(names, nics, strict=True))
+            res.vm_body(config, name, name == res.head_name(cluster), nic_ids[name]),
+            polling=False) for name in names)
+        return ""
 
-    def _ensure_ports(self, group: str, region: str, cluster_name: str, ports: set[str]
-                      ) -> NetworkSecurityGroup:
-        """The cluster's security group with at least ``ports`` open (created if missing)."""
-        name = res.nsg_name(cluster_name)
+    def _cluster_network(self, region: str, cluster_name: str) -> ClusterNetwork:
+        return ClusterNetwork(self._network, res.resource_group_name(cluster_name, region),
+                              region, cluster_name)
+
+    def check_operations(self, region: str, cluster_name: str,
+                         operations: list[Operation]) -> StateCheck:
+        """Each operation through the provisioning state of what it acts on: running while
+        it is Creating, Updating or Deleting, failed when Failed (a VM's instance view
+        says why); a group's delete through ARM's record of it (:mod:`azure_groups`).
+        Raises the first failure once none is left running."""
+        group = res.resource_group_name(cluster_name, region)
+        with translated(region):
+            vms = {vm.name: vm for vm in self._cluster_vms(region, cluster_name)} if any(
+                op.kind in VM_OPERATIONS for op in operations) else {}
+            states = [self._state_of(op, region, group, vms) for op in operations]
+        running = [f"{op} {state}" for op, state in zip(operations, states, strict=True)
+                   if state in _IN_PROGRESS]
+        if running:
+            return StateCheck(done=False, seen=", ".join(running))
+        for op, state in zip(operations, states, strict=True):
+            if state == "Failed":
+                vm = vms.get(op.name)
+                if vm is not None and (failure := vm_failure(vm)):
+                    raise classify(*failure, status=None, region=region, zone=vm_zone(vm))
+                raise ProvisionError(f"Azure {region}: {op} failed", code="ProvisioningFailed",
+                                     scope=BlockScope.REGION)
+        return StateCheck(done=True, seen=", ".join(f"{op} done" for op in operations))
+
+    def _state_of(self, op: Operation, region: str, group: str,
+                  vms: dict[str | None, VirtualMachine]) -> str:
+        """The provisioning state that tells how ``op`` goes ("" once its resource is
+        gone)."""
+        if op.kind == DELETE_GROUP:
+            return delete_state(self._resources, op, endpoint=self.endpoint,
+                                subscription_id=self.subscription_id, region=region)
+        if op.kind in VM_OPERATIONS:
+            resource: Any = vms.get(op.name)
+        else:
+            resource = self._get(self._network.network_security_groups.get, group, op.name)
+        return provisioning_state(resource) if resource is not None else ""
+
+    @staticmethod
+    def _get(read: Callable[..., T], *names: str) -> T | None:
         try:
-            nsg = self._network.network_security_groups.get(group, name)
+            return read(*names)
         except ResourceNotFoundError as err:
             if not is_absent(err):
                 raise
-            opened: set[str] = set()
-        else:
-            opened = self._open_ports(nsg)
-            if ports <= opened:
-                return nsg
-        return self._network.network_security_groups.begin_create_or_update(
-            group, name, res.nsg_body(region, cluster_name, opened | ports)).result()
-
-    @staticmethod
-    def _open_ports(nsg: NetworkSecurityGroup) -> set[str]:
-        rules = (nsg.properties.security_rules if nsg.properties else None) or []
-        return {rule.properties.destination_port_range or "" for rule in rules
-                if (rule.name or "").startswith(res.PORT_RULE_PREFIX) and rule.properties}
+            return None
 
     def check_instances(self, region: str, cluster_name: str, state: InstanceStatus) -> StateCheck:
         """A VM whose operation failed raises its translated error; one settled in the
@@ -342,10 +306,10 @@ class AzureProvider:
                 raise ProvisionError(f"Azure {region}: cluster {cluster_name} has no VMs",
                                      code="ClusterNotFound", scope=BlockScope.REGION)
             for vm in vms:
-                failure = _vm_failure(vm)
+                failure = vm_failure(vm)
                 if failure:
-                    raise classify(*failure, status=None, region=region, zone=_zone(vm))
-            statuses = {vm.name: _vm_status(vm) for vm in vms}
+                    raise classify(*failure, status=None, region=region, zone=vm_zone(vm))
+            statuses = {vm.name: vm_status(vm) for vm in vms}
             settled = {InstanceStatus.RUNNING, InstanceStatus.STOPPED} - {state}
             wrong = [f"{n} is {s}" for n, s in statuses.items() if s in settled]
             if wrong:
@@ -357,14 +321,14 @@ class AzureProvider:
 
     def query_instances(self, region: str, cluster_name: str) -> dict[str, InstanceStatus]:
         with translated(region):
-            return {vm.name or "": _vm_status(vm)
+            return {vm.name or "": vm_status(vm)
                     for vm in self._cluster_vms(region, cluster_name)}
 
     def get_cluster_info(self, region: str, cluster_name: str) -> ClusterInfo:
         group = res.resource_group_name(cluster_name, region)
         with translated(region):
             vms = [vm for vm in self._cluster_vms(region, cluster_name)
-                   if _vm_status(vm) != InstanceStatus.TERMINATING]
+                   if vm_status(vm) != InstanceStatus.TERMINATING]
             if not vms:
                 return ClusterInfo(cloud=self.name, region=region)
             nics = {(nic.id or "").lower(): nic
@@ -373,7 +337,7 @@ class AzureProvider:
                    for ip in self._network.public_ip_addresses.list(group)}
         nodes = []
         for vm in vms:
-            nic = nics.get(_nic_id(vm))
+            nic = nics.get(nic_id(vm))
             configs = (nic.properties.ip_configurations if nic and nic.properties else None)
             ip_config = configs[0].properties if configs else None
             public = ip_config.public_ip_address if ip_config else None
@@ -381,66 +345,53 @@ class AzureProvider:
                 instance_id=vm.name or "",
                 internal_ip=(ip_config.private_ip_address if ip_config else None) or "",
                 external_ip=ips.get((public.id or "").lower()) if public else None,
-                is_head=_is_head(vm),
+                is_head=is_head(vm),
                 ssh_user=res.ADMIN_USER,
             ))
         head = vms[0]
         size = head.properties.hardware_profile if head.properties else None
-        return ClusterInfo(cloud=self.name, region=region, zone=_zone(head),
+        return ClusterInfo(cloud=self.name, region=region, zone=vm_zone(head),
                            instance_type=size.vm_size if size else None, nodes=nodes)
 
-    def stop_instances(self, region: str, cluster_name: str, worker_only: bool = False) -> None:
-        """Deallocate (compute billing stops; disks and IPs stay) and wait."""
+    def stop_instances(self, region: str, cluster_name: str, worker_only: bool = False
+                       ) -> list[Operation]:
+        """Start deallocating (compute billing stops; disks and IPs stay)."""
         group = res.resource_group_name(cluster_name, region)
         with translated(region):
-            vms = [vm for vm in self._cluster_vms(region, cluster_name)
-                   if not (worker_only and _is_head(vm))]
-            _run_all(partial(self._compute.virtual_machines.begin_deallocate, group, vm.name or "")
-                     for vm in vms
-                     if _vm_status(vm) in (InstanceStatus.PENDING, InstanceStatus.RUNNING))
+            names = [vm.name or "" for vm in self._cluster_vms(region, cluster_name)
+                     if not (worker_only and is_head(vm))
+                     and vm_status(vm) in (InstanceStatus.PENDING, InstanceStatus.RUNNING)]
+            _start_all(partial(self._compute.virtual_machines.begin_deallocate, group, name,
+                               polling=False) for name in names)
+        return [Operation(kind=DEALLOCATE, name=name) for name in names]
 
     def terminate_instances(
         self, region: str, cluster_name: str, worker_only: bool = False
-    ) -> None:
-        """The whole cluster: delete its resource group (everything in it goes, disks
-        included) and wait. Workers only: delete their VMs, then their NICs and IPs."""
+    ) -> list[Operation]:
+        """The whole cluster: start deleting its resource group (everything in it goes,
+        disks included). Workers only: their VMs, whose NICs and IPs go with them."""
         group = res.resource_group_name(cluster_name, region)
         with translated(region):
-            if not worker_only:
-                try:
-                    self._resources.resource_groups.begin_delete(group).result()
-                except ResourceNotFoundError as err:
-                    if not is_absent(err):  # else: already gone, or never created
-                        raise
-                return
+            if not worker_only:  # nothing when already gone, or never created
+                started = start_delete(self._resources, group, self.subscription_id)
+                return [started] if started else []
             workers = [vm.name or "" for vm in self._cluster_vms(region, cluster_name)
-                       if not _is_head(vm)]
-            _run_all(partial(self._compute.virtual_machines.begin_delete, group, name)
-                     for name in workers)
-            _run_all(partial(self._network.network_interfaces.begin_delete, group,
-                             res.nic_name(name)) for name in workers)
-            _run_all(partial(self._network.public_ip_addresses.begin_delete, group,
-                             res.public_ip_name(name)) for name in workers)
+                       if not is_head(vm)]
+            _start_all(partial(self._compute.virtual_machines.begin_delete, group, name,
+                               polling=False) for name in workers)
+        return [Operation(kind=DELETE, name=name) for name in workers]
 
-    def open_ports(self, region: str, cluster_name: str, ports: list[str]) -> None:
-        group = res.resource_group_name(cluster_name, region)
+    def open_ports(self, region: str, cluster_name: str, ports: list[str]
+                   ) -> list[Operation]:
         with translated(region):
-            self._ensure_ports(group, region, cluster_name, set(ports))
+            _, started = self._cluster_network(region, cluster_name).security_group(set(ports))
+        return [Operation(kind=UPDATE, name=res.nsg_name(cluster_name))] if started else []
 
-    def cleanup_ports(self, region: str, cluster_name: str) -> None:
+    def cleanup_ports(self, region: str, cluster_name: str) -> list[Operation]:
         """Close every port but SSH; nothing to do when the cluster's group is gone."""
-        group = res.resource_group_name(cluster_name, region)
-        name = res.nsg_name(cluster_name)
         with translated(region):
-            try:
-                nsg = self._network.network_security_groups.get(group, name)
-            except ResourceNotFoundError as err:
-                if not is_absent(err):
-                    raise
-                return
-            if self._open_ports(nsg):
-                self._network.network_security_groups.begin_create_or_update(
-                    group, name, res.nsg_body(region, cluster_name, set())).result()
+            started = self._cluster_network(region, cluster_name).close_ports()
+        return [Operation(kind=UPDATE, name=res.nsg_name(cluster_name))] if started else []
 
     def credentials_ok(self) -> tuple[bool, str]:
         """Whether a token is granted and the subscription can use Compute and Network."""

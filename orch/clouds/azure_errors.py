@@ -57,8 +57,10 @@ _ERROR_TYPES: dict[str, type[ProvisionError]] = {
     **dict.fromkeys(("InvalidParameter", "InvalidRequestContent", "InvalidResourceName",
                      "InvalidResourceReference", "MissingSubscriptionRegistration",
                      "ImageNotFound", "PlatformImageNotFound"), InvalidConfigError),
-    **dict.fromkeys(("TooManyRequests", "InternalServerError", "ServiceUnavailable"),
-                    TransientError),
+    # ReferencedResourceNotProvisioned: a resource named one still being made (orch makes
+    # the network in layers so as not to; should it race, the same call soon succeeds).
+    **dict.fromkeys(("TooManyRequests", "InternalServerError", "ServiceUnavailable",
+                     "ReferencedResourceNotProvisioned"), TransientError),
 }
 ABSENT_CODES = frozenset({"ResourceGroupNotFound", "ResourceNotFound", "NotFound"})
 

@@ -2,7 +2,8 @@
 
 One resource group per cluster and region (``orch-<cluster>-<region>``) holds everything:
 a network security group (SSH plus the cluster's ports), a virtual network with one
-subnet behind that group, and per VM a public IP and a network interface. Every name is
+subnet behind that group, and per VM a public IP and a network interface, both deleted
+with their VM (``deleteOption: Delete``), so removing a worker is one VM delete. Every name is
 derived from the cluster name, so a retried call finds what an earlier attempt created
 (ARM's PUT is create-or-update) instead of creating it twice.
 
@@ -125,7 +126,8 @@ def public_ip_body(region: str, cluster_name: str, zone: str | None) -> network.
         location=region, tags={TAG_CLUSTER: cluster_name},
         sku=network.PublicIPAddressSku(name="Standard"),
         zones=[zone] if zone else None,
-        properties=network.PublicIPAddressPropertiesFormat(public_ip_allocation_method="Static"))
+        properties=network.PublicIPAddressPropertiesFormat(
+            public_ip_allocation_method="Static", delete_option="Delete"))
 
 
 def accelerated_networking(config: ProvisionConfig) -> bool:
@@ -182,7 +184,8 @@ def vm_body(config: ProvisionConfig, name: str, is_head: bool, nic_id: str
                 ssh=compute.SshConfiguration(public_keys=[ssh_key]))),
         network_profile=compute.NetworkProfile(network_interfaces=[
             compute.NetworkInterfaceReference(
-                id=nic_id, properties=compute.NetworkInterfaceReferenceProperties(primary=True))
+                id=nic_id, properties=compute.NetworkInterfaceReferenceProperties(
+                    primary=True, delete_option="Delete"))
         ]),
     )
     if config.use_spot:

@@ -4,6 +4,12 @@ After SkyPilot's ``sky/provision``: a handful of functions, each idempotent wher
 cloud allows it, all keyed by (region, cluster name) so that a cluster's instances are
 found by their tags rather than remembered. Activities call these; nothing here knows
 about Temporal.
+
+Every call is short: a call that makes the cloud work for a while (GCP's operations,
+Azure's long-running operations) starts the work and returns what is still running
+(:class:`Operation`); waiting for them, and for instances to change state, is the caller's job
+(:func:`orch.waiting.wait_until` over :meth:`Provider.check_operations` and
+:meth:`Provider.check_instances`), so that it can heartbeat and resume after a crash.
 """
 
 from __future__ import annotations
@@ -55,7 +61,29 @@ class ProvisionConfig(_Record):
     memory_gb: float = 0.0
 
 
+class Operation(_Record):
+    """Work a provider started on the cloud and returned without waiting for; the waiter
+    polls it with :meth:`Provider.check_operations`. What ``name`` names is the cloud's
+    business: GCP's Operation resource (``zone`` None: a global one), or the Azure
+    resource whose provisioning state tells how its operation goes. ``tolerate``: error
+    codes that mean done here (an insert that met an existing instance)."""
+
+    kind: str  # what it does: insert, start, stop, delete, ...
+    name: str
+    target: str = ""  # what it acts on, for what the wait reports
+    zone: str | None = None
+    tolerate: list[str] = Field(default_factory=list)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.target or self.name}"
+
+
 class ProvisionRecord(_Record):
+    """What ``run_instances`` did. ``operations`` are still running (creates, starts):
+    the wait for RUNNING waits for them first. A non-empty ``waiting_for`` says the call
+    could not start everything yet (instances still stopping, a network the VMs need still
+    being made): call it again, it goes on where it stopped."""
+
     cloud: str
     cluster_name: str
     region: str
@@ -63,6 +91,8 @@ class ProvisionRecord(_Record):
     head_instance_id: str
     created_instance_ids: list[str] = Field(default_factory=list)
     resumed_instance_ids: list[str] = Field(default_factory=list)
+    operations: list[Operation] = Field(default_factory=list)
+    waiting_for: str = ""
 
 
 class NodeInfo(_Record):
@@ -120,7 +150,13 @@ class Provider(Protocol):
         """Raise QuotaError when the request would exceed a quota; unknown quota passes."""
 
     def run_instances(self, config: ProvisionConfig) -> ProvisionRecord:
-        """Create or resume instances until the cluster has ``num_nodes``; all or nothing."""
+        """Start creating or resuming instances until the cluster has ``num_nodes``; all or
+        nothing. Returns without waiting (see :class:`ProvisionRecord`)."""
+
+    def check_operations(self, region: str, cluster_name: str,
+                         operations: list[Operation]) -> StateCheck:
+        """One look at operations this provider started: done once every one is; raise
+        the typed error of the widest failure once none is left running."""
 
     def check_instances(self, region: str, cluster_name: str, state: InstanceStatus) -> StateCheck:
         """One look: whether every instance is in ``state`` and what was seen; raise when
@@ -132,16 +168,21 @@ class Provider(Protocol):
 
     def get_cluster_info(self, region: str, cluster_name: str) -> ClusterInfo: ...
 
-    def stop_instances(self, region: str, cluster_name: str, worker_only: bool = False) -> None: ...
+    def stop_instances(self, region: str, cluster_name: str, worker_only: bool = False
+                       ) -> list[Operation]:
+        """Start stopping; returns the operations still running."""
 
     def terminate_instances(
         self, region: str, cluster_name: str, worker_only: bool = False
-    ) -> None: ...
+    ) -> list[Operation]:
+        """Start terminating (everything the cluster has in the region, unless
+        ``worker_only``); returns the operations still running."""
 
-    def open_ports(self, region: str, cluster_name: str, ports: list[str]) -> None: ...
+    def open_ports(self, region: str, cluster_name: str, ports: list[str]
+                   ) -> list[Operation]: ...
 
     def credentials_ok(self) -> tuple[bool, str]:
         """Whether this machine's credentials work for the cloud, and who they are (or why
         not); one cheap call."""
 
-    def cleanup_ports(self, region: str, cluster_name: str) -> None: ...
+    def cleanup_ports(self, region: str, cluster_name: str) -> list[Operation]: ...

@@ -4,29 +4,33 @@ Instances are zonal while the provider interface is keyed by region, so a cluste
 instances are listed with ``instances.aggregatedList`` filtered by the ``orch-cluster``
 label and kept to the region's zones. A cluster lives in one zone: the zone of the
 instances it already has, else the zone asked for, else the region's first zone.
+
+Every call that changes something (insert, start, stop, delete, a firewall's insert,
+patch or delete) returns as soon as Google has accepted it, with its Operation's name
+(:class:`~orch.clouds.base.Operation`); the waiter polls them with
+:meth:`GCPProvider.check_operations` (``operations.get``, never ``operations.wait``),
+because only the operation says why it failed: an insert out of capacity
+(ZONE_RESOURCE_POOL_EXHAUSTED) or over quota leaves no instance behind to look at.
+``run_instances`` does not start instances that are still stopping (Google refuses
+them): it says so (``waiting_for``) and is called again.
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from typing import Any
 
 from orch.clouds.base import (
     ClusterInfo,
     InstanceStatus,
+    Operation,
     ProvisionConfig,
     ProvisionRecord,
     StateCheck,
 )
-from orch.clouds.errors import (
-    BlockScope,
-    CapacityError,
-    InvalidConfigError,
-    ProvisionError,
-    TransientError,
-)
-from orch.clouds.gcp_client import ComputeAPI, GCPSettings
+from orch.clouds.errors import BlockScope, CapacityError, InvalidConfigError, ProvisionError
+from orch.clouds.gcp_client import ComputeAPI, GCPSettings, started
+from orch.clouds.gcp_errors import from_operation, operation_errors, widest
 from orch.clouds.gcp_quota import check, gpu_count, parse_quotas, regional_demand
 from orch.clouds.gcp_resources import (
     cloud_cluster_name,
@@ -48,24 +52,13 @@ _ACTIVE = (InstanceStatus.PENDING, InstanceStatus.RUNNING)
 
 
 class GCPProvider:
-    """Compute Engine through google-api-python-client. ``poll_interval`` and
-    ``max_polls`` bound the waits that poll instance status (operations are waited with
-    ``zoneOperations.wait``, which blocks on Google's side)."""
+    """Compute Engine through google-api-python-client."""
 
     name = "gcp"
 
-    def __init__(
-        self,
-        settings: GCPSettings | None = None,
-        *,
-        ssh_user: str = "orch",
-        poll_interval: float = 5.0,
-        max_polls: int = 120,
-    ):
+    def __init__(self, settings: GCPSettings | None = None, *, ssh_user: str = "orch"):
         self.api = ComputeAPI(settings or GCPSettings.from_env())
         self.ssh_user = ssh_user
-        self.poll_interval = poll_interval
-        self.max_polls = max_polls
 
     # -- credentials --------------------------------------------------------------
     def credentials_ok(self) -> tuple[bool, str]:
@@ -155,16 +148,25 @@ class GCPProvider:
             check(Counter({"GPUS_ALL_REGIONS": gpus}), parse_quotas(project), "globally")
 
     def run_instances(self, config: ProvisionConfig) -> ProvisionRecord:
+        """Start the stopped instances and insert the missing ones; returns their
+        operations. Nothing is started while an instance is still stopping."""
         machine_type = self._require_instance_type(config)
         cloud_name = cloud_cluster_name(config.cluster_name)
         existing = self._instances(config.region, cloud_name)
         zone = self._zone(config, existing)
+        record = ProvisionRecord(cloud=self.name, cluster_name=config.cluster_name,
+                                 region=config.region, zone=zone,
+                                 head_instance_id=head_name(cloud_name))
+        stopping = self._stopped(config, existing, InstanceStatus.STOPPING)
+        if stopping:
+            return record.model_copy(update={"waiting_for": ", ".join(
+                f"{name}=STOPPING" for name in stopping)})
         machine = self._machine_type(zone, machine_type)
-        resumed = self._resume(config, zone, existing)
-
-        compute = self.api.compute()
+        resumed = self._stopped(config, existing, InstanceStatus.STOPPED)
+        instances = self.api.compute().instances()
+        operations = [started(self.api.get(instances.start(
+            project=self.api.project, zone=zone, instance=name))) for name in resumed]
         created: list[str] = []
-        operations: list[dict[str, Any]] = []
         # Every node is inserted, even those listed above: the name makes the insert
         # idempotent (409 alreadyExists), which holds even when the listing is stale
         # because an earlier attempt of this activity is still running.
@@ -173,59 +175,48 @@ class GCPProvider:
                                  has_accelerators=bool(machine.get("accelerators")),
                                  ssh_user=self.ssh_user)
             operation = self.api.call(
-                compute.instances().insert(project=self.api.project, zone=zone, body=body),
+                instances.insert(project=self.api.project, zone=zone, body=body),
                 tolerate={"alreadyExists"},
             )
             if operation is not None:
                 created.append(name)
-                operations.append(operation)
-        self.api.wait_all(operations, zone, tolerate={"RESOURCE_ALREADY_EXISTS"})
-        if config.ports:
-            self.open_ports(config.region, config.cluster_name, config.ports)
-        return ProvisionRecord(
-            cloud=self.name,
-            cluster_name=config.cluster_name,
-            region=config.region,
-            zone=zone,
-            head_instance_id=head_name(cloud_name),
-            created_instance_ids=created,
-            resumed_instance_ids=resumed,
-        )
+                operations.append(started(operation, tolerate={"RESOURCE_ALREADY_EXISTS"}))
+        operations += self.open_ports(config.region, config.cluster_name, config.ports)
+        return record.model_copy(update={"created_instance_ids": created,
+                                         "resumed_instance_ids": resumed,
+                                         "operations": operations})
 
-    def _resume(self, config: ProvisionConfig, zone: str,
-                existing: list[dict[str, Any]]) -> list[str]:
-        """Start the cluster's stopped instances (after any still stopping has stopped)."""
-        if not any(status_of(i) in (InstanceStatus.STOPPING, InstanceStatus.STOPPED)
-                   for i in existing):
-            return []
-        if not config.resume_stopped:
+    @staticmethod
+    def _stopped(config: ProvisionConfig, existing: list[dict[str, Any]],
+                 status: InstanceStatus) -> list[str]:
+        """The names of the cluster's instances in ``status`` (STOPPING or STOPPED), which
+        a launch resumes, unless told not to."""
+        names = [i["name"] for i in existing if status_of(i) == status]
+        if names and not config.resume_stopped:
             raise InvalidConfigError(
                 f"cluster {config.cluster_name} has stopped instances; resume or terminate it",
                 code="STOPPED_INSTANCES_EXIST", scope=BlockScope.ZONE)
-        instances = self.api.compute().instances()
-        stopped = self._until_stopped(zone, existing)
-        operations = [
-            self.api.get(instances.start(project=self.api.project, zone=zone, instance=name))
-            for name in stopped
-        ]
-        self.api.wait_all(operations, zone)
-        return stopped
+        return names
 
-    def _until_stopped(self, zone: str, existing: list[dict[str, Any]]) -> list[str]:
-        """Names of the stopped instances, once none is STOPPING any more (Google refuses
-        to start an instance that is still stopping)."""
-        instances = self.api.compute().instances()
-        for _ in range(self.max_polls):
-            stopping = [i["name"] for i in existing if status_of(i) == InstanceStatus.STOPPING]
-            if not stopping:
-                return [i["name"] for i in existing if status_of(i) == InstanceStatus.STOPPED]
-            time.sleep(self.poll_interval)
-            existing = [
-                self.api.get(instances.get(project=self.api.project, zone=zone, instance=i["name"]))
-                if i["name"] in stopping else i
-                for i in existing
-            ]
-        raise TransientError(f"instances still stopping in {zone}", code="RESOURCE_NOT_READY")
+    def check_operations(self, region: str, cluster_name: str,
+                         operations: list[Operation]) -> StateCheck:
+        """Read every operation again; once none is running, raise the widest of their
+        errors (those they tolerate aside)."""
+        running: list[str] = []
+        failures: list[ProvisionError] = []
+        for operation in operations:
+            current = self.api.operation(operation)
+            if current.get("status") != "DONE":
+                running.append(f"{operation} {current.get('status', 'PENDING')}")
+                continue
+            codes = {str(error.get("code")) for error in operation_errors(current)}
+            if codes - set(operation.tolerate):
+                failures.append(from_operation(current))
+        if running:
+            return StateCheck(done=False, seen=", ".join(running))
+        if failures:
+            raise widest(failures)
+        return StateCheck(done=True, seen=", ".join(f"{op} DONE" for op in operations))
 
     def check_instances(self, region: str, cluster_name: str, state: InstanceStatus) -> StateCheck:
         statuses = self.query_instances(region, cluster_name)
@@ -264,38 +255,39 @@ class GCPProvider:
             nodes=[node_info(i, machine, self.ssh_user) for i in running],
         )
 
-    def stop_instances(self, region: str, cluster_name: str, worker_only: bool = False) -> None:
+    def stop_instances(self, region: str, cluster_name: str, worker_only: bool = False
+                       ) -> list[Operation]:
         targets = [
             i for i in self._instances(region, cloud_cluster_name(cluster_name), worker_only)
             if status_of(i) in _ACTIVE
         ]
-        self._each(targets, "stop", tolerate={"notFound"})
+        return self._each(targets, "stop")
 
     def terminate_instances(
         self, region: str, cluster_name: str, worker_only: bool = False
-    ) -> None:
+    ) -> list[Operation]:
         targets = self._instances(region, cloud_cluster_name(cluster_name), worker_only)
-        self._each(targets, "delete", tolerate={"notFound"})
+        return self._each(targets, "delete")
 
-    def _each(self, targets: list[dict[str, Any]], method: str, *, tolerate: set[str]) -> None:
-        """Call instances.<method> on every target, then wait for all of them. An
-        instance deleted meanwhile is not an error."""
+    def _each(self, targets: list[dict[str, Any]], method: str) -> list[Operation]:
+        """Call instances.<method> on every target; returns the operations. An instance
+        deleted meanwhile is not an error."""
         instances = self.api.compute().instances()
-        by_zone: dict[str, list[dict[str, Any]]] = {}
+        operations = []
         for instance in targets:
-            zone = last_segment(instance["zone"])
-            request = getattr(instances, method)(
-                project=self.api.project, zone=zone, instance=instance["name"])
-            operation = self.api.call(request, tolerate=tolerate)
+            request = getattr(instances, method)(project=self.api.project,
+                                                 zone=last_segment(instance["zone"]),
+                                                 instance=instance["name"])
+            operation = self.api.call(request, tolerate={"notFound"})
             if operation is not None:
-                by_zone.setdefault(zone, []).append(operation)
-        for zone, operations in by_zone.items():
-            self.api.wait_all(operations, zone, tolerate={"RESOURCE_NOT_FOUND"})
+                operations.append(started(operation, tolerate={"RESOURCE_NOT_FOUND"}))
+        return operations
 
-    def open_ports(self, region: str, cluster_name: str, ports: list[str]) -> None:
+    def open_ports(self, region: str, cluster_name: str, ports: list[str]
+                   ) -> list[Operation]:
         """Create the cluster's firewall rule, or widen it to include ``ports``."""
         if not ports:
-            return
+            return []
         cloud_name = cloud_cluster_name(cluster_name)
         firewalls = self.api.compute().firewalls()
         project, rule = self.api.project, firewall_name(cloud_name)
@@ -307,27 +299,26 @@ class GCPProvider:
                 tolerate={"alreadyExists"},
             )
             if operation is not None:
-                self.api.wait(operation)
-                return
+                return [started(operation)]
             # Created concurrently: fall through and widen it.
             current = self.api.get(firewalls.get(project=project, firewall=rule))
         have = firewall_ports(current)
         wanted = have + [p for p in ports if p not in have]
-        if wanted != have:
-            self.api.wait(self.api.get(firewalls.patch(
-                project=project, firewall=rule, body=firewall_body(cloud_name, wanted))))
+        if wanted == have:
+            return []
+        return [started(self.api.get(firewalls.patch(
+            project=project, firewall=rule, body=firewall_body(cloud_name, wanted))))]
 
-    def cleanup_ports(self, region: str, cluster_name: str) -> None:
+    def cleanup_ports(self, region: str, cluster_name: str) -> list[Operation]:
         """Delete the cluster's firewall rule once no instance of it is left in any region:
         the rule is global, and a failover cleans a region it left while the cluster lives
         on in another."""
         cloud_name = cloud_cluster_name(cluster_name)
         if self._instances(None, cloud_name):
-            return
+            return []
         rule = firewall_name(cloud_name)
         operation = self.api.call(
             self.api.compute().firewalls().delete(project=self.api.project, firewall=rule),
             tolerate={"notFound"},
         )
-        if operation is not None:
-            self.api.wait(operation, tolerate={"RESOURCE_NOT_FOUND"})
+        return [started(operation, tolerate={"RESOURCE_NOT_FOUND"})] if operation else []

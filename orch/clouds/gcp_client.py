@@ -1,9 +1,14 @@
-"""A Compute Engine v1 client for one project: credentials, calls, and operation waits.
+"""A Compute Engine v1 client for one project: credentials, calls, and operations.
 
 Built with google-api-python-client from the discovery document the package ships
 (``static_discovery=True``), so building needs no network. httplib2 connections are not
 thread-safe, and activities may call one provider from several threads, so each thread
 gets its own client. Every failure leaves this module as a typed ``ProvisionError``.
+
+Operations are never waited on here (``zoneOperations.wait`` blocks for up to two
+minutes on Google's side): a call that starts one hands it back as an
+:class:`~orch.clouds.base.Operation` (:func:`started`), and :meth:`ComputeAPI.operation`
+reads it again, once per poll of the caller's waiter.
 """
 
 from __future__ import annotations
@@ -22,14 +27,9 @@ from googleapiclient.errors import HttpError
 from pydantic import BaseModel
 
 from orch.clouds import gcp_credentials
-from orch.clouds.errors import AuthError, ProvisionError, TransientError
-from orch.clouds.gcp_errors import (
-    from_http_error,
-    from_operation,
-    http_error_reasons,
-    operation_errors,
-    widest,
-)
+from orch.clouds.base import Operation
+from orch.clouds.errors import AuthError, TransientError
+from orch.clouds.gcp_errors import from_http_error, http_error_reasons
 from orch.settings import load_settings
 
 HTTP_TIMEOUT_SECONDS = 60.0
@@ -44,8 +44,6 @@ class GCPSettings(BaseModel):
     endpoint: str | None = None
     credentials_file: str | None = None
     cloud_identity: bool = False
-    # zoneOperations.wait blocks up to two minutes on Google's side; this bounds the rounds.
-    max_operation_waits: int = 10
 
     @classmethod
     def from_env(cls) -> GCPSettings:
@@ -59,7 +57,7 @@ class GCPSettings(BaseModel):
 
 
 class ComputeAPI:
-    """The compute v1 resources of one project, with errors typed and operations waited."""
+    """The compute v1 resources of one project, with errors typed."""
 
     def __init__(self, settings: GCPSettings):
         self.settings = settings
@@ -127,41 +125,21 @@ class ComputeAPI:
         assert result is not None
         return result
 
-    def wait(
-        self, operation: dict[str, Any], zone: str | None = None, *,
-        tolerate: Collection[str] = (),
-    ) -> dict[str, Any]:
-        """Wait for a zonal (or, without ``zone``, global) operation to be DONE; raise the
-        typed error it finished with unless every error code is in ``tolerate``."""
-        ops = self.compute().zoneOperations() if zone else self.compute().globalOperations()
-        where = {"zone": zone} if zone else {}
-        for _ in range(self.settings.max_operation_waits):
-            if operation.get("status") == "DONE":
-                break
-            operation = self.get(
-                ops.wait(project=self.project, operation=operation["name"], **where)
-            )
-        if operation.get("status") != "DONE":
-            raise TransientError(
-                f"operation {operation.get('name')} ({operation.get('operationType')}) did not "
-                f"finish after {self.settings.max_operation_waits} waits",
-                code="OPERATION_TIMEOUT",
-            )
-        errors = operation_errors(operation)
-        if errors and not {str(e.get("code")) for e in errors} <= set(tolerate):
-            raise from_operation(operation)
-        return operation
+    def operation(self, operation: Operation) -> dict[str, Any]:
+        """The Operation resource as it is now (``operations.get``: one read, no wait)."""
+        if operation.zone:
+            ops = self.compute().zoneOperations()
+            return self.get(ops.get(project=self.project, zone=operation.zone,
+                                    operation=operation.name))
+        return self.get(self.compute().globalOperations().get(project=self.project,
+                                                              operation=operation.name))
 
-    def wait_all(
-        self, operations: list[dict[str, Any]], zone: str | None = None, *,
-        tolerate: Collection[str] = (),
-    ) -> None:
-        """Wait for every operation, then raise the widest of their errors, if any."""
-        failures: list[ProvisionError] = []
-        for operation in operations:
-            try:
-                self.wait(operation, zone, tolerate=tolerate)
-            except ProvisionError as e:
-                failures.append(e)
-        if failures:
-            raise widest(failures)
+
+def started(operation: dict[str, Any], *, tolerate: Collection[str] = ()) -> Operation:
+    """The record of an operation a call just started (``tolerate``: error codes that
+    count as done, such as RESOURCE_ALREADY_EXISTS for an insert)."""
+    zone = operation.get("zone")
+    return Operation(kind=str(operation.get("operationType", "")), name=operation["name"],
+                     target=str(operation.get("targetLink", "")).rsplit("/", 1)[-1],
+                     zone=str(zone).rsplit("/", 1)[-1] if zone else None,
+                     tolerate=sorted(tolerate))

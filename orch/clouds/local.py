@@ -21,6 +21,7 @@ from orch.clouds.base import (
     ClusterInfo,
     InstanceStatus,
     NodeInfo,
+    Operation,
     ProvisionConfig,
     ProvisionRecord,
     StateCheck,
@@ -166,17 +167,24 @@ class LocalProvider:
         ]
         return ClusterInfo(cloud=self.name, region=REGION, nodes=nodes)
 
-    def stop_instances(self, region: str, cluster_name: str, worker_only: bool = False) -> None:
+    def check_operations(self, region: str, cluster_name: str,
+                         operations: list[Operation]) -> StateCheck:
+        """Local calls finish before they return: there is never anything to wait for."""
+        return StateCheck(done=True)
+
+    def stop_instances(self, region: str, cluster_name: str, worker_only: bool = False
+                       ) -> list[Operation]:
         for node in self._nodes(cluster_name):
             if worker_only and node["index"] == 0:
                 continue
             kill_marked(node["home"])
             node["status"] = InstanceStatus.STOPPED
             self._write(node)
+        return []
 
     def terminate_instances(
         self, region: str, cluster_name: str, worker_only: bool = False
-    ) -> None:
+    ) -> list[Operation]:
         for node in self._nodes(cluster_name):
             if worker_only and node["index"] == 0:
                 continue
@@ -186,12 +194,16 @@ class LocalProvider:
         cluster_dir = self._cluster_dir(cluster_name)
         if cluster_dir.exists() and not any(cluster_dir.iterdir()):
             cluster_dir.rmdir()
+        return []
 
     def credentials_ok(self) -> tuple[bool, str]:
         return True, "no account needed"
 
-    def open_ports(self, region: str, cluster_name: str, ports: list[str]) -> None:
+    def open_ports(self, region: str, cluster_name: str, ports: list[str]
+                   ) -> list[Operation]:
         """Loopback addresses need no firewall rules."""
+        return []
 
-    def cleanup_ports(self, region: str, cluster_name: str) -> None:
+    def cleanup_ports(self, region: str, cluster_name: str) -> list[Operation]:
         """Nothing was opened."""
+        return []

@@ -10,7 +10,11 @@ Assertions read moto's state straight from moto, past the front.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +38,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from orch import waiting
 from orch.clouds.aws import AWSProvider
 from orch.clouds.base import TAG_CLUSTER
 from orch.records import (
@@ -159,6 +164,11 @@ async def activity_runs(handle: WorkflowHandle[Any, Any]
     return [(name, run) for name, run in started if name != REQUEST_PERMIT_ACTIVITY]
 
 
+def runs_of(runs: list[tuple[str, Any]], activity_name: str) -> list[Any]:
+    """The started events of ``activity_name`` among ``runs`` (:func:`activity_runs`)."""
+    return [run for name, run in runs if name == activity_name]
+
+
 async def activities_started(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, int]]:
     """(activity name, attempt) of every activity the workflow ran, in the order started."""
     return [(name, run.attempt) for name, run in await activity_runs(handle)]
@@ -174,6 +184,15 @@ def boto3_models_parsed(aws_env: EC2FaultFront) -> None:  # noqa: F811 (the impo
     provider = AWSProvider()
     for service in ("ec2", "sts", "service-quotas"):
         provider._client(service, EAST_1)
+
+
+@pytest.fixture
+def quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The waiter polls every 0.05 to 0.5 s instead of 1 to 15 s: for fakes whose
+    operations and instances move a step per read, not with time (so the test's clock
+    does not pay for a real cloud's pace it does not have)."""
+    monkeypatch.setattr(waiting, "FIRST_GAP_S", 0.05)
+    monkeypatch.setattr(waiting, "MAX_GAP_S", 0.5)
 
 
 @pytest.fixture
@@ -253,3 +272,27 @@ async def clusters(time_skipping_env: WorkflowEnvironment, task_queue: str
     started = Clusters(time_skipping_env, task_queue)
     yield started
     await started.close()
+
+
+def worker_process(env: WorkflowEnvironment, queue: str, log: Path,
+                   heartbeat: timedelta | None = None) -> subprocess.Popen[bytes]:
+    """``python -m workers`` on the test's queue, as an operator runs it, in a process of
+    its own that a test can SIGKILL; ``heartbeat``: with provider calls and waits under
+    that heartbeat timeout (``tests.activities.short_heartbeat_worker``)."""
+    address = env.client.service_client.config.target_host
+    command = ["-m", "workers"] if heartbeat is None else [
+        "-m", "tests.activities.short_heartbeat_worker", str(heartbeat.total_seconds())]
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, *command, "--address", address, "--task-queue", queue],
+            stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
+
+
+async def wait_for_call(fault_front: EC2FaultFront, action: str) -> None:
+    """Until ``fault_front`` has taken the slow answer of ``action`` (the call is in
+    flight)."""
+    for _ in range(600):
+        if fault_front.delayed(action):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no {action} reached the front in 60 s")

@@ -23,10 +23,8 @@ attempt failed, and nothing of the cluster is left on the cloud.
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,71 +32,35 @@ import pytest
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from activities import provision
-from orch import check
-from orch.clouds.azure import AzureProvider
-from orch.clouds.base import Provider
 from orch.records import TeardownInput
-from orch.spec import Resources, Task
-from tests.activities.conftest import EAST_1, INSTANCE_TYPE, Moto, activities_started
-from tests.clouds.azure.support import StaticToken, point_sdk_at
-from tests.fakes.azure_arm_fake import AzureArmFake
+from orch.spec import Task
+from tests.activities import profiles
+from tests.activities.conftest import Moto, activity_runs
+from tests.activities.profiles import Cloud
 from tests.fakes.ec2_fault_front import EC2FaultFront
-from tests.fakes.gcp_compute_fake import GCPComputeFake
 from workflows.failover import FailoverInput, FailoverOutput, FailoverWorkflow
 from workflows.teardown import TeardownWorkflow
 
 
-@dataclass
-class Cloud:
-    """One cloud under its profile: what to launch, and how to list what is left."""
-
-    resources: Resources
-    left: Callable[[str], list[str]]  # cluster name -> what of it still exists
-
-
 @pytest.fixture
 def aws_profile(aws_env: EC2FaultFront, moto: Moto) -> Cloud:
-    aws_env.set_latency({"pending": 5, "stopping": 5, "shutting-down": 5})
-    return Cloud(Resources(cloud="aws", region=EAST_1, instance_type=INSTANCE_TYPE),
-                 lambda name: [i["InstanceId"] for i in moto.instances(EAST_1, name)])
+    return profiles.aws(aws_env, moto, {"pending": 5, "stopping": 5, "shutting-down": 5})
 
 
 @pytest.fixture
 def gcp_profile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Cloud]:
-    with GCPComputeFake() as fake:
-        key = tmp_path / "service-account.json"
-        key.write_text(json.dumps(fake.service_account()))
-        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
-        monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", fake.project)
-        monkeypatch.setenv("ORCH_GCP_ENDPOINT", fake.endpoint)
-        fake.set_latency({"insert": 5, "stop": 5, "start": 5, "delete": 6})
-        monkeypatch.setattr(check, "_cache", None)  # checked anew: GCP is set up now
-        yield Cloud(Resources(cloud="gcp", region="us-central1", zone="us-central1-a",
-                              instance_type="n2-standard-8"),
-                    lambda name: [n for n in fake.instances() if name in n])
+    with profiles.gcp(monkeypatch, tmp_path,
+                      {"insert": 5, "stop": 5, "start": 5, "delete": 6}) as cloud:
+        yield cloud
 
 
 @pytest.fixture
-def azure_profile(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
-    with AzureArmFake() as fake:
-        point_sdk_at(fake, monkeypatch)
-        fake.set_latency({"VirtualMachines_CreateOrUpdate": 6, "VirtualMachines_Deallocate": 5,
-                          "VirtualMachines_Start": 5, "VirtualMachines_Delete": 5,
-                          "ResourceGroups_Delete": 7})
-        real = provision.get_provider
-
-        def with_token(cloud: str) -> Provider:  # the fake has no Entra ID to log in to
-            if cloud == "azure":
-                return AzureProvider(credential=StaticToken(fake.token), polling_interval=1)
-            return real(cloud)
-
-        for module in (provision, check):
-            monkeypatch.setattr(module, "get_provider", with_token)
-        monkeypatch.setattr(check, "_cache", None)
-        yield Cloud(Resources(cloud="azure", region="eastus", instance_type="Standard_D2s_v3"),
-                    lambda name: [vm["name"] for vm in fake.resources(
-                        "Microsoft.Compute/virtualMachines") if name in vm["name"]])
+def azure_profile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Cloud]:
+    with profiles.azure(monkeypatch, tmp_path, {
+            "VirtualMachines_CreateOrUpdate": 6, "VirtualMachines_Deallocate": 5,
+            "VirtualMachines_Start": 5, "VirtualMachines_Delete": 5,
+            "ResourceGroups_Delete": 7}) as cloud:
+        yield cloud
 
 
 @pytest.fixture(params=["aws", "gcp", "azure"])
@@ -113,10 +75,11 @@ async def run(env: WorkflowEnvironment, queue: str, workflow: Any, request: Any
     return await handle.result(), handle
 
 
-async def retried(handles: list[WorkflowHandle[Any, Any]]) -> list[tuple[str, int]]:
-    """Every activity run past its first attempt, over all the story's workflows."""
-    return [(name, attempt) for handle in handles
-            for name, attempt in await activities_started(handle) if attempt > 1]
+async def retried(handles: list[WorkflowHandle[Any, Any]]) -> list[str]:
+    """Every activity run past its first attempt, over all the story's workflows, with
+    why the attempt before failed."""
+    return [f"{name} attempt {run.attempt} after {run.last_failure}" for handle in handles
+            for name, run in await activity_runs(handle) if run.attempt > 1]
 
 
 async def test_launch_stop_start_down_at_the_clouds_pace(
@@ -139,4 +102,4 @@ async def test_launch_stop_start_down_at_the_clouds_pace(
     assert launched.history == [] and started.history == []
     assert len(started.info.nodes) == 2
     assert await retried([first, stop, start, down]) == []
-    assert cloud.left(cluster_name) == []
+    assert cloud.left(cluster_name) == {}

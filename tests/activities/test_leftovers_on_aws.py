@@ -9,10 +9,10 @@ from moto itself.
 
 from __future__ import annotations
 
-from orch.clouds.base import TAG_CLUSTER
 from orch.records import CloudRegion
 from orch.spec import Task
 from tests.activities.conftest import EAST_1, EAST_2, INSTANCE_TYPE, Clusters, Moto
+from tests.activities.profiles import aws_leftovers as leftovers
 from tests.fakes.ec2_fault_front import EC2FaultFront
 
 ZONES = "abcdf"  # the zones of us-east-1 that orch's catalog sells m6id.large in
@@ -20,20 +20,6 @@ EAST_1_THEN_2 = Task.model_validate({"name": "train", "num_nodes": 2, "resources
     "cloud": "aws", "ordered": [{"region": region, "instance_type": INSTANCE_TYPE}
                                 for region in (EAST_1, EAST_2)]}})
 BOTH = [CloudRegion(cloud="aws", region=EAST_1), CloudRegion(cloud="aws", region=EAST_2)]
-
-
-def leftovers(moto: Moto, region: str, cluster_name: str) -> dict[str, list[str]]:
-    """What of the cluster is still there in ``region``, by kind (empty kinds left out)."""
-    ec2 = moto.ec2(region)
-    tagged = [{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster_name]}]
-    found = {
-        "instances": [i["InstanceId"] for i in moto.instances(region, cluster_name)],
-        "security groups": [g["GroupId"] for g in
-                            ec2.describe_security_groups(Filters=tagged)["SecurityGroups"]],
-        "key pairs": [k["KeyName"] for k in ec2.describe_key_pairs(Filters=tagged)["KeyPairs"]],
-        "volumes": [v["VolumeId"] for v in ec2.describe_volumes(Filters=tagged)["Volumes"]],
-    }
-    return {kind: ids for kind, ids in found.items() if ids}
 
 
 def nothing_anywhere(moto: Moto, cluster_name: str) -> bool:

@@ -4,7 +4,8 @@ their disks, NICs, public IPs, security groups, virtual networks), once the fail
 ``down`` are done.
 
 The real workflows run with their real activities against the ARM fake; the activities'
-provider is pointed at it (a static token, no waits between polls).
+provider is pointed at it (a static token), and the waiter polls it without a real cloud's
+pauses.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ import activities.plan
 import activities.provision
 from orch.clouds import get_provider
 from orch.clouds.azure import AzureProvider
-from orch.clouds.base import TAG_CLUSTER, Provider
+from orch.clouds.base import Provider
 from orch.records import CloudRegion
 from orch.spec import Task
 from tests.activities.conftest import Clusters, real_worker
+from tests.activities.profiles import azure_leftovers as leftovers
 from tests.clouds.azure.conftest import fake  # noqa: F401 (the fixture)
 from tests.clouds.azure.support import StaticToken
 from tests.fakes.azure_arm_fake import AzureArmFake
@@ -33,9 +35,6 @@ EAST_THEN_WEST = Task.model_validate({"name": "train", "num_nodes": 2, "resource
     "cloud": "azure", "ordered": [
         {"region": region, "instance_type": "Standard_D2s_v3", "ports": [8080]}
         for region in (EAST, WEST)]}})
-KINDS = ("Microsoft.Resources/resourceGroups", "Microsoft.Compute/virtualMachines",
-         "Microsoft.Network/networkInterfaces", "Microsoft.Network/publicIPAddresses",
-         "Microsoft.Network/networkSecurityGroups", "Microsoft.Network/virtualNetworks")
 CREATE_VM = "VirtualMachines_CreateOrUpdate"
 
 
@@ -47,26 +46,19 @@ def azure(fake: AzureArmFake) -> AzureArmFake:  # noqa: F811 (the imported fixtu
 
 @pytest_asyncio.fixture
 async def task_queue(time_skipping_env: WorkflowEnvironment, azure: AzureArmFake,
-                     orch_home: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+                     orch_home: Path, monkeypatch: pytest.MonkeyPatch,
+                     quick_polls: None) -> AsyncIterator[str]:
     """A worker whose activities provision on the fake (Azure is the one cloud enabled)."""
 
     def provider(cloud: str) -> Provider:
         if cloud != "azure":
             return get_provider(cloud)
-        return AzureProvider(credential=StaticToken(azure.token), polling_interval=0)
+        return AzureProvider(credential=StaticToken(azure.token))
 
     monkeypatch.setattr(activities.provision, "get_provider", provider)
     monkeypatch.setattr(activities.plan, "enabled_clouds", lambda: ("azure",))
     async with real_worker(time_skipping_env, "azure") as queue:
         yield queue
-
-
-def leftovers(azure: AzureArmFake, cluster_name: str) -> dict[str, list[str]]:
-    """Every resource tagged with the cluster, by ARM type (empty types left out)."""
-    found = {kind.rsplit("/", 1)[-1]: [r["name"] for r in azure.resources(kind)
-                                       if (r.get("tags") or {}).get(TAG_CLUSTER) == cluster_name]
-             for kind in KINDS}
-    return {kind: names for kind, names in found.items() if names}
 
 
 async def test_a_failover_to_a_second_region_then_down_leaves_nothing(

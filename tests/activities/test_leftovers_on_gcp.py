@@ -4,7 +4,7 @@ cluster once the failover's own cleanup and ``down`` are done; and cleaning the 
 failover left never deletes the rule (global on GCP) the cluster still uses elsewhere.
 
 The real workflows run with their real activities against the Compute Engine fake; the
-activities' provider is pointed at it, with no sleeps between the fake's steps.
+activities' provider is pointed at it, and the waiter polls it without a real cloud's pauses.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from temporalio.testing import WorkflowEnvironment
 import activities.plan
 import activities.provision
 from orch.clouds import get_provider
-from orch.clouds.base import TAG_CLUSTER, Provider
+from orch.clouds.base import Provider
 from orch.clouds.gcp import GCPProvider
 from orch.clouds.gcp_client import GCPSettings
 from orch.records import CloudRegion
 from orch.spec import Task
 from tests.activities.conftest import Clusters, real_worker
+from tests.activities.profiles import gcp_leftovers as leftovers
 from tests.fakes.gcp_compute_fake import GCPComputeFake
 
 CENTRAL, EAST = "us-central1", "us-east1"
@@ -47,29 +48,20 @@ def gcp() -> Iterator[GCPComputeFake]:
 
 @pytest_asyncio.fixture
 async def task_queue(time_skipping_env: WorkflowEnvironment, gcp: GCPComputeFake,
-                     orch_home: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+                     orch_home: Path, monkeypatch: pytest.MonkeyPatch,
+                     quick_polls: None) -> AsyncIterator[str]:
     """A worker whose activities provision on the fake (GCP is the one cloud enabled)."""
-    settings = GCPSettings(project=gcp.project, endpoint=gcp.endpoint, max_operation_waits=3)
+    settings = GCPSettings(project=gcp.project, endpoint=gcp.endpoint)
 
     def provider(cloud: str) -> Provider:
         if cloud != "gcp":
             return get_provider(cloud)
-        return GCPProvider(settings, poll_interval=0, max_polls=10)
+        return GCPProvider(settings)
 
     monkeypatch.setattr(activities.provision, "get_provider", provider)
     monkeypatch.setattr(activities.plan, "enabled_clouds", lambda: ("gcp",))
     async with real_worker(time_skipping_env, "gcp") as queue:
         yield queue
-
-
-def leftovers(gcp: GCPComputeFake, cluster_name: str) -> dict[str, list[str]]:
-    """The cluster's instances (any zone, any status) and firewall rules still there."""
-    found = {
-        "instances": [name for name, i in gcp.instances().items()
-                      if i.get("labels", {}).get(TAG_CLUSTER) == cluster_name],
-        "firewalls": [name for name in gcp.firewalls() if cluster_name in name],
-    }
-    return {kind: names for kind, names in found.items() if names}
 
 
 def no_capacity_for_workers(gcp: GCPComputeFake, region: str, **fault: Any) -> None:

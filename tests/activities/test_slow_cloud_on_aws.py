@@ -15,11 +15,7 @@ two things the waiter and the side-thread heartbeats promise:
 
 from __future__ import annotations
 
-import asyncio
-import os
 import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -33,7 +29,10 @@ from tests.activities.conftest import (
     SHORT_HEARTBEAT,
     Moto,
     activity_runs,
+    runs_of,
     stop_launch_semaphore,
+    wait_for_call,
+    worker_process,
 )
 from tests.activities.test_failover_on_aws import pinned
 from tests.fakes.ec2_fault_front import EC2FaultFront
@@ -48,10 +47,6 @@ async def start(env: WorkflowEnvironment, task_queue: str, cluster_name: str,
         FailoverWorkflow.run, FailoverInput(cluster_name=cluster_name,
                                             task=pinned(EAST_1, num_nodes=num_nodes)),
         id=f"failover/{uuid.uuid4().hex[:12]}", task_queue=task_queue)
-
-
-def runs_of(runs: list[tuple[str, Any]], activity_name: str) -> list[Any]:
-    return [run for name, run in runs if name == activity_name]
 
 
 async def heartbeat_timeouts(handle: WorkflowHandle[Any, Any]) -> set[float]:
@@ -93,15 +88,6 @@ async def test_a_run_instances_slower_than_the_heartbeat_timeout_runs_once(
     assert len(moto.instances(EAST_1, cluster_name, ("running",))) == 2
 
 
-def worker_process(env: WorkflowEnvironment, queue: str, log: Path) -> subprocess.Popen[bytes]:
-    """``python -m workers`` on the test's queue, as an operator runs it."""
-    address = env.client.service_client.config.target_host
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "workers", "--address", address, "--task-queue", queue],
-            stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
-
-
 async def test_a_worker_killed_inside_run_instances_is_noticed_by_its_heartbeat(
     dev_server: WorkflowEnvironment, aws_env: EC2FaultFront,  # noqa: F811
     moto: Moto, cluster_name: str, orch_home: Path, tmp_path: Path,
@@ -132,12 +118,3 @@ async def test_a_worker_killed_inside_run_instances_is_noticed_by_its_heartbeat(
     assert output.history == []
     # The first call landed after its worker died; the retry replayed its ClientToken.
     assert len(moto.instances(EAST_1, cluster_name, ("pending", "running"))) == 2
-
-
-async def wait_for_call(front: EC2FaultFront, action: str) -> None:
-    """Until ``front`` has taken the slow answer of ``action`` (the call is in flight)."""
-    for _ in range(600):
-        if front.delayed(action):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no {action} reached the front in 60 s")

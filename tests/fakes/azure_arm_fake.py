@@ -8,11 +8,14 @@ interfaces, virtual machines (``$expand=instanceView`` with ``ProvisioningState/
 resource SKUs, and resource-provider registration. Writes are long-running operations as
 ARM runs them: ``201``/``202`` with ``Azure-AsyncOperation`` (and ``Location`` for POST and
 DELETE) headers, the resource in ``Creating``/``Updating``/``Deleting`` until its operation
-is polled to the end (``lro_polls`` polls answer ``InProgress`` first). By default nothing
-advances on a clock, so a test is deterministic; a latency profile
-(:meth:`AzureARMFake.set_latency`) makes chosen operations also take that many seconds,
-answering ``InProgress`` with ARM's ``Retry-After`` until then, as a real VM create (90-200 s)
-or resource-group delete does.
+ends. Operations run on their own, whether or not anyone polls them: each request the fake
+serves moves every operation one step, and one ends after ``lro_polls`` such steps (so a
+test is deterministic); a latency profile (:meth:`AzureARMFake.set_latency`) makes chosen
+operations also take that many seconds, answering ``InProgress`` with ARM's
+``Retry-After`` until then, as a real VM create (90-200 s) or resource-group delete does.
+ARM refuses a network resource that names one still being made
+(``ReferencedResourceNotProvisioned``), and deletes a VM's network interfaces and public
+IPs with it when they say ``deleteOption: Delete``.
 
 Errors use ARM's shape, ``{"error": {"code": ..., "message": ...}}``, either as the HTTP
 answer to the request or, for long-running operations, as a failed operation
@@ -221,6 +224,9 @@ class AzureArmFake:
         self.lro_polls = lro_polls
         self.calls: list[str] = []  # ARM operation ids, in order
         self.registered_providers = {"Microsoft.Compute", "Microsoft.Network"}
+        # ARM keeps an operation's record (its Location) for a while only: once expired,
+        # the operations still run but their Location answers 404.
+        self.records_expired = False
         self._resources: dict[str, Json] = {}  # lower-case resource id -> resource
         self._power: dict[str, str | None] = {}  # VM id -> PowerState code suffix
         self._failures: dict[str, Json] = {}  # VM id -> error of its last failed operation
@@ -343,6 +349,7 @@ class AzureArmFake:
                                "for all requests.")
             call = _Call(method, url, operation, groups, params, json.loads(raw) if raw else None)
             with self._lock:
+                self._tick()
                 self.calls.append(operation)
                 call.fault = self._take_fault(operation, self._zone_of(call))
                 if call.fault and not call.fault.in_operation:
@@ -458,11 +465,20 @@ class AzureArmFake:
         return [r for key, r in self._resources.items()
                 if key.startswith(prefix) and r["type"].lower() == kind.lower()]
 
-    def _referenced(self, resource_id: str, what: str) -> Json:
+    def _referenced(self, resource_id: str, what: str, *, provisioned: bool = False) -> Json:
+        """The resource ``what`` names; ``provisioned``: as the network provider checks,
+        one still being made (or failed) is refused too."""
         resource = self._resources.get(resource_id.lower())
         if resource is None:
             raise ArmError(400, "InvalidResourceReference",
                            f"Resource {resource_id} referenced by {what} was not found.")
+        state = resource["properties"].get("provisioningState", "Succeeded")
+        if provisioned and state != "Succeeded":
+            raise ArmError(400, "ReferencedResourceNotProvisioned", (
+                f"Cannot proceed with operation because resource {resource_id} used by "
+                f"resource {what} is not in Succeeded state. Resource is in {state} state and "
+                "the last operation that updated/is updating the resource is "
+                f"Put{resource['type'].rsplit('/', 1)[-1]}Operation."))
         return resource
 
     # ---- long-running operations ------------------------------------------------------
@@ -494,6 +510,12 @@ class AzureArmFake:
             headers["Location"] = f"{base}/operationResults/{op.id}?api-version={version}"
         return _Reply(status, body, headers)
 
+    def _tick(self) -> None:
+        """Time passes for every operation under way (ARM runs them whether polled or not)."""
+        for op in list(self._operations.values()):
+            if op.status == "InProgress":
+                self._advance(op.id)
+
     def _advance(self, op_id: str) -> _Operation:
         op = self._operations.get(op_id)
         if op is None:
@@ -521,6 +543,9 @@ class AzureArmFake:
         return _Reply(200, body, _retry_after(op))
 
     def _operation_result(self, call: _Call) -> _Reply:
+        if self.records_expired:
+            raise ArmError(404, "NotFound", f"The operation '{call.groups['op']}' was not "
+                           "found.")
         op = self._advance(call.groups["op"])
         if op.status == "InProgress":
             return _Reply(202, None, {"Location": f"{self.base_url}{call.url}"})
@@ -624,8 +649,13 @@ class AzureArmFake:
             for resource_key in [k for k in self._resources if k == key or k.startswith(prefix)]:
                 self._drop(resource_key)
 
+        def keep(error: Json) -> None:  # the delete failed: the group is back, as it was
+            for resource_key, resource in self._resources.items():
+                if resource_key == key or resource_key.startswith(prefix):
+                    resource["properties"]["provisioningState"] = "Succeeded"
+
         # Resource-group deletion is polled through Location only, as ARM does.
-        op = self._operation(call, remove, lambda error: None)
+        op = self._operation(call, remove, keep)
         url = (f"{self.base_url}/subscriptions/{self.subscription_id}/operationresults/"
                f"{op.id}?api-version={call.params['api-version']}")
         return _Reply(202, None, {"Location": url})
@@ -692,7 +722,7 @@ class AzureArmFake:
             subnet_properties["provisioningState"] = "Succeeded"
             nsg = subnet_properties.get("networkSecurityGroup")
             if nsg:
-                self._referenced(nsg["id"], f"subnet {subnet['name']}")
+                self._referenced(nsg["id"], f"subnet {subnet['name']}", provisioned=True)
 
     def _shape_public_ip(self, resource_id: str, properties: Json, previous: Json) -> None:
         properties.setdefault("publicIPAllocationMethod", "Static")
@@ -709,7 +739,7 @@ class AzureArmFake:
             config_properties = config.setdefault("properties", {})
             subnet_id = config_properties["subnet"]["id"]
             vnet_id, _, subnet_name = subnet_id.partition("/subnets/")
-            vnet = self._referenced(vnet_id, f"network interface {resource_id}")
+            vnet = self._referenced(vnet_id, f"network interface {resource_id}", provisioned=True)
             subnet = next((s for s in vnet["properties"]["subnets"] if s["name"] == subnet_name),
                           None)
             if subnet is None:
@@ -722,7 +752,8 @@ class AzureArmFake:
                 provisioningState="Succeeded")
             public = config_properties.get("publicIPAddress")
             if public:
-                public_ip = self._referenced(public["id"], f"network interface {resource_id}")
+                public_ip = self._referenced(public["id"], f"network interface {resource_id}",
+                                             provisioned=True)
                 public_ip["properties"]["ipConfiguration"] = {"id": config["id"]}
 
     def _free_ip(self, prefix: str, subnet_id: str) -> str:
@@ -872,13 +903,26 @@ class AzureArmFake:
                     "UsageAndQuota.ReactView."))
 
     def _delete_vm(self, key: str) -> None:
+        """The VM goes, and with it the network interfaces it says to delete (and their
+        public IPs that say so too); the others are only detached."""
         vm = self._resources.get(key)
         if vm is None:
             return
         for ref in vm["properties"].get("networkProfile", {}).get("networkInterfaces", []):
-            nic = self._resources.get(ref["id"].lower())
-            if nic:
-                nic["properties"].pop("virtualMachine", None)
+            nic_key = ref["id"].lower()
+            nic = self._resources.get(nic_key)
+            if not nic:
+                continue
+            nic["properties"].pop("virtualMachine", None)
+            if ref.get("properties", {}).get("deleteOption") != "Delete":
+                continue
+            public_ips = [c["properties"].get("publicIPAddress") for c in
+                          nic["properties"]["ipConfigurations"]]
+            self._delete_network(nic_key)
+            for public in filter(None, public_ips):
+                ip = self._resources.get(public["id"].lower())
+                if ip and ip["properties"].get("deleteOption") == "Delete":
+                    self._drop(public["id"].lower())
         self._drop(key)
 
     def _vm_action(self, call: _Call) -> _Reply:

@@ -13,7 +13,9 @@ A latency profile (:meth:`GCPComputeFake.set_latency`) makes operations of chose
 (``insert``, ``delete``, ``start``, ``stop``) take that many seconds, as Google's do (an
 insert 20-60 s, a delete 30-90 s): the operation stays RUNNING until then, ``wait`` blocks
 until it is DONE or for at most :data:`WAIT_CAP_S` (Google's 2 minutes, scaled), and the
-instance does not move on before its operation is done.
+instance does not move on before its operation is done; once it is DONE, so is the
+instance's way (RUNNING after an insert or start, TERMINATED after a stop, gone after a
+delete).
 
 Faults are queued per method ("instances.insert") and optionally zone, in either of
 Google's shapes: an HTTP error answered at once, or an operation that finishes with
@@ -302,9 +304,19 @@ class ComputeState:
             op.resource.update(status="RUNNING", progress=50)
         elif status != "DONE" and (to_done or status == "RUNNING"):
             op.resource.update(status="DONE", progress=100, endTime=_now(), **op.final)
+            self._settle(op.resource["targetLink"])
         elif status == "PENDING":
             op.resource.update(status="RUNNING", progress=50, startTime=_now())
         return copy.deepcopy(op.resource)
+
+    def _settle(self, target: str) -> None:
+        """An operation on an instance is over: so is the instance's way (Google's insert
+        is DONE once the instance runs, a stop once it is TERMINATED, a delete once it is
+        gone)."""
+        parts = target.rstrip("/").split("/")
+        inst = self.instances.get((parts[-3], parts[-1])) if "instances" in parts else None
+        while inst is not None and inst.pending:
+            self._set_status(inst, inst.pending.pop(0))
 
     def _observe(self, inst: _Instance) -> dict[str, Any]:
         """A read: report the instance, then take it one step along its way."""

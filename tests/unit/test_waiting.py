@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from orch.clouds.base import StateCheck
+from orch.clouds.base import Operation, ProvisionConfig, ProvisionRecord, StateCheck
 from orch.clouds.errors import CapacityError, TransientError
-from orch.waiting import MAX_GAP_S, WaitProgress, resumed, wait_until
+from orch.waiting import (
+    MAX_GAP_S,
+    StartInstances,
+    WaitProgress,
+    after_operations,
+    resumed,
+    wait_until,
+)
 
 
 class Clock:
@@ -86,3 +93,75 @@ def test_an_error_from_the_check_passes_through_at_once() -> None:
         wait_until(check, WaitProgress(what="x", since=clock.now), 900, lambda _: None,
                    sleep=clock.sleep, now=lambda: clock.now)
     assert clock.sleeps == []
+
+
+class Steps:
+    """A provider's answers, one per call, for the waiter to go through (the parts of a
+    provider that :func:`after_operations` and :class:`StartInstances` call)."""
+
+    def __init__(self, operations: list[StateCheck], records: list[ProvisionRecord]) -> None:
+        self.operations, self.records = operations, records
+        self.calls: list[str] = []
+
+    def check_operations(self, region: str, cluster_name: str,
+                         operations: list[Operation]) -> StateCheck:
+        self.calls.append(f"operations {[str(op) for op in operations]}")
+        return self.operations.pop(0)
+
+    def run_instances(self, config: ProvisionConfig) -> ProvisionRecord:
+        self.calls.append("run_instances")
+        return self.records.pop(0)
+
+
+INSERT = Operation(kind="insert", name="operation-1", target="c-head", zone="z-a")
+
+
+def test_operations_end_before_the_instances_are_looked_at() -> None:
+    clock = Clock()
+    provider = Steps([StateCheck(done=False, seen="insert c-head RUNNING"),
+                      StateCheck(done=True)], [])
+    looks: list[int] = []
+
+    def instances() -> StateCheck:
+        looks.append(len(provider.calls))
+        return StateCheck(done=True, seen="c-head=RUNNING")
+
+    check = after_operations(provider, "r", "c", [INSERT], instances)  # type: ignore[arg-type]
+    reports: list[WaitProgress] = []
+    final = wait_until(check, WaitProgress(what="c RUNNING in r", since=clock.now), 900,
+                       reports.append, sleep=clock.sleep, now=lambda: clock.now)
+
+    assert provider.calls == ["operations ['insert c-head']"] * 2
+    assert looks == [2]  # in the poll that saw the operations end
+    assert [r.last_seen for r in reports] == ["insert c-head RUNNING", "c-head=RUNNING"]
+    assert final.polls == 2
+
+
+def test_without_operations_only_the_instances_are_looked_at() -> None:
+    provider = Steps([], [])
+    check = after_operations(provider, "r", "c", [],  # type: ignore[arg-type]
+                             lambda: StateCheck(done=True, seen="c-head=RUNNING"))
+    assert check().seen == "c-head=RUNNING" and provider.calls == []
+
+
+def test_run_instances_is_called_again_while_it_waits_and_its_calls_add_up() -> None:
+    clock = Clock()
+    record = ProvisionRecord(cloud="gcp", cluster_name="c", region="r", head_instance_id="c-head")
+    provider = Steps([], [
+        record.model_copy(update={"resumed_instance_ids": ["c-head"],
+                                  "waiting_for": "c-worker-1=STOPPING"}),
+        record.model_copy(update={"resumed_instance_ids": ["c-worker-1"],
+                                  "created_instance_ids": ["c-worker-2"],
+                                  "operations": [INSERT]}),
+    ])
+    config = ProvisionConfig(cluster_name="c", num_nodes=3, region="r")
+    start = StartInstances(provider, config)  # type: ignore[arg-type]
+
+    final = wait_until(start, WaitProgress(what="c started in r", since=clock.now), 300,
+                       lambda _: None, sleep=clock.sleep, now=lambda: clock.now)
+
+    assert provider.calls == ["run_instances"] * 2 and clock.sleeps == [1]
+    assert final.polls == 2
+    assert start.record.resumed_instance_ids == ["c-head", "c-worker-1"]
+    assert start.record.created_instance_ids == ["c-worker-2"]
+    assert start.record.operations == [INSERT] and start.record.waiting_for == ""

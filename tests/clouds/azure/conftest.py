@@ -22,4 +22,4 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[AzureArmFake]:
 
 @pytest.fixture
 def provider(fake: AzureArmFake) -> AzureProvider:
-    return AzureProvider(credential=StaticToken(fake.token), polling_interval=0)
+    return AzureProvider(credential=StaticToken(fake.token))

@@ -1,9 +1,11 @@
 """Helpers for the Azure provider tests: a static-token credential, the environment that
-points the SDK at the fake, and a config builder."""
+points the SDK at the fake, an ``az`` CLI logged in to it, and a config builder."""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +35,22 @@ def point_sdk_at(fake: AzureArmFake, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", fake.ca_path)
     monkeypatch.setenv("ORCH_AZURE_ENDPOINT", fake.base_url)
     monkeypatch.setenv("AZURE_SUBSCRIPTION_ID", fake.subscription_id)
+
+
+def az_login(fake: AzureArmFake, bin_dir: Path) -> Path:
+    """An ``az`` in ``bin_dir`` that prints what ``az account get-access-token`` prints
+    for a login to the fake: azure-identity's CLI credential (the last link of orch's
+    chain) gets the fake's token from it, in any process whose PATH has ``bin_dir``."""
+    expires = int(time.time()) + 3600
+    printed = {"accessToken": fake.token, "expiresOn": time.strftime(
+        "%Y-%m-%d %H:%M:%S.000000", time.localtime(expires)), "expires_on": expires,
+        "subscription": fake.subscription_id, "tenant": "72f988bf-0000-4000-8000-0000000000aa",
+        "tokenType": "Bearer"}
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    az = bin_dir / "az"
+    az.write_text(f"#!/bin/sh\nprintf '%s\\n' '{json.dumps(printed)}'\n")  # a builtin: no PATH
+    az.chmod(0o755)
+    return az
 
 
 def config(cluster: str = "c1", num_nodes: int = 2, **overrides: Any) -> ProvisionConfig:

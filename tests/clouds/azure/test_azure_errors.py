@@ -65,6 +65,7 @@ OPERATION = 200
         ("ServiceUnavailable", "", None, "2", TransientError, BlockScope.NONE),
         ("ServerBusy", "", 503, "1", TransientError, BlockScope.NONE),
         ("InternalExecutionError", "", 500, None, TransientError, BlockScope.NONE),
+        ("ReferencedResourceNotProvisioned", "", 400, None, TransientError, BlockScope.NONE),
         # unknown failures are treated as allocation failures (SkyPilot blocks the region)
         ("SomethingNew", "", 409, None, CapacityError, BlockScope.REGION),
         ("OperationNotAllowed", "VM is marked for deletion", 409, None, CapacityError,

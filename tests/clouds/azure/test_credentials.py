@@ -12,7 +12,7 @@ from tests.fakes.azure_arm_fake import AzureArmFake
 
 def test_credentials_ok(fake: AzureArmFake) -> None:
     credential = StaticToken(fake.token)
-    provider = AzureProvider(credential=credential, polling_interval=0)
+    provider = AzureProvider(credential=credential)
 
     assert provider.credentials_ok() == (True, f"subscription {fake.subscription_id}")
     # with an endpoint override the token is asked for that endpoint's audience

@@ -16,11 +16,12 @@ from orch.clouds.errors import (
     BlockScope,
     CapacityError,
     InvalidConfigError,
+    ProvisionError,
     QuotaError,
     TransientError,
 )
 from tests.clouds.azure.support import StaticToken, config
-from tests.clouds.waits import wait_instances
+from tests.clouds.waits import provisioned, settle, wait_instances
 from tests.fakes.azure_arm_fake import AzureArmFake
 
 CREATE_VM = "VirtualMachines_CreateOrUpdate"
@@ -45,7 +46,7 @@ def test_capacity_errors(
                       in_operation=in_operation)
 
     with pytest.raises(CapacityError) as caught:
-        provider.run_instances(config("c1", 2, zone=zone))
+        provisioned(provider, config("c1", 2, zone=zone))
 
     assert caught.value.code == code and caught.value.scope == scope
     assert code in caught.value.message
@@ -54,31 +55,72 @@ def test_capacity_errors(
             wait_instances(provider, "eastus", "c1", InstanceStatus.RUNNING)
         assert waited.value.code == code and waited.value.scope == scope
     # a retry creates what is missing or failed, nothing else
-    assert provider.run_instances(config("c1", 2, zone=zone)).created_instance_ids == [
+    assert provisioned(provider, config("c1", 2, zone=zone)).created_instance_ids == [
         "c1-head"]
     wait_instances(provider, "eastus", "c1", InstanceStatus.RUNNING)
 
 
 def test_zonal_fault_only_hits_its_zone(provider: AzureProvider, fake: AzureArmFake) -> None:
     fake.inject_fault(CREATE_VM, "ZonalAllocationFailed", zone="2", in_operation=True, times=5)
-    provider.run_instances(config("c1", 2, zone="3"))
+    provisioned(provider, config("c1", 2, zone="3"))
     with pytest.raises(CapacityError):
-        provider.run_instances(config("c2", 1, zone="2"))
+        provisioned(provider, config("c2", 1, zone="2"))
 
 
 def test_allocation_failure_on_start(provider: AzureProvider, fake: AzureArmFake) -> None:
-    provider.run_instances(config("c1", 1))
-    provider.stop_instances("eastus", "c1")
+    provisioned(provider, config("c1", 1))
+    settle(provider, "eastus", "c1", provider.stop_instances("eastus", "c1"))
     fake.inject_fault("VirtualMachines_Start", "AllocationFailed", in_operation=True)
 
     with pytest.raises(CapacityError) as caught:
-        provider.run_instances(config("c1", 1))
+        provisioned(provider, config("c1", 1))
     assert caught.value.scope == BlockScope.REGION
     assert fake.power_state("c1-head") == "deallocated"
     # the VM is started again, not created again
-    record = provider.run_instances(config("c1", 1))
+    record = provisioned(provider, config("c1", 1))
     assert record.resumed_instance_ids == ["c1-head"] and record.created_instance_ids == []
     assert fake.power_state("c1-head") == "running"
+
+
+def test_a_failed_deallocate_is_seen_on_the_vm(provider: AzureProvider,
+                                               fake: AzureArmFake) -> None:
+    provisioned(provider, config("c1", 1))
+    fake.inject_fault("VirtualMachines_Deallocate", "AllocationFailed", in_operation=True)
+
+    operations = provider.stop_instances("eastus", "c1")  # accepted: it fails later
+    with pytest.raises(CapacityError) as caught:
+        settle(provider, "eastus", "c1", operations)
+    assert caught.value.code == "AllocationFailed"
+
+
+def test_a_resource_group_whose_delete_failed_is_reported(provider: AzureProvider,
+                                                          fake: AzureArmFake) -> None:
+    provisioned(provider, config("c1", 1))
+    fake.inject_fault("ResourceGroups_Delete", "ResourceGroupDeletionBlocked",
+                      in_operation=True)
+
+    operations = provider.terminate_instances("eastus", "c1")
+    (delete,) = operations
+    assert delete.name.startswith("operationresults/")  # no subscription id in a history
+    with pytest.raises(ProvisionError) as caught:
+        settle(provider, "eastus", "c1", operations)
+    assert caught.value.code == "ResourceGroupDeletionBlocked"  # ARM's own, as its poller's
+    assert caught.value.scope == BlockScope.REGION
+    assert fake.resource_groups() == ["orch-c1-eastus"]
+    settle(provider, "eastus", "c1", provider.terminate_instances("eastus", "c1"))  # again
+    assert fake.resource_groups() == []
+
+
+def test_a_delete_whose_record_expired_is_followed_on_the_group(
+    provider: AzureProvider, fake: AzureArmFake
+) -> None:
+    provisioned(provider, config("c1", 1))
+    operations = provider.terminate_instances("eastus", "c1")
+    fake.records_expired = True
+
+    settle(provider, "eastus", "c1", operations)
+
+    assert fake.resource_groups() == []
 
 
 def test_family_quota_checked_before_any_vm_is_created(
@@ -110,7 +152,7 @@ def test_quota_counts_only_the_vms_still_missing(
     provider: AzureProvider, fake: AzureArmFake
 ) -> None:
     fake.set_limit("eastus", "standardDSv3Family", 4)
-    provider.run_instances(config("c1", 1))  # 2 of 4 vCPUs in use
+    provisioned(provider, config("c1", 1))  # 2 of 4 vCPUs in use
 
     provider.check_quota(config("c1", 2))  # one more VM: 4 of 4
     with pytest.raises(QuotaError):
@@ -126,15 +168,15 @@ def test_unknown_instance_type_passes_the_quota_check(provider: AzureProvider) -
 def test_quota_refused_at_creation(provider: AzureProvider, fake: AzureArmFake) -> None:
     fake.set_limit("eastus", "standardDSv3Family", 2)
     with pytest.raises(QuotaError) as caught:
-        provider.run_instances(config("c1", 2))
+        provisioned(provider, config("c1", 2))
     assert caught.value.code == "OperationNotAllowed"
     assert caught.value.scope == BlockScope.REGION
 
 
 def test_rejected_token(fake: AzureArmFake) -> None:
-    provider = AzureProvider(credential=StaticToken("not-the-token"), polling_interval=0)
+    provider = AzureProvider(credential=StaticToken("not-the-token"))
     with pytest.raises(AuthError) as caught:
-        provider.run_instances(config())
+        provisioned(provider, config())
     assert caught.value.code == "InvalidAuthenticationToken"
     assert caught.value.scope == BlockScope.CLOUD and not caught.value.retryable
     assert fake.resource_groups() == []
@@ -146,7 +188,7 @@ class _NoLogin:
 
 
 def test_credential_that_cannot_get_a_token(fake: AzureArmFake) -> None:
-    provider = AzureProvider(credential=_NoLogin(), polling_interval=0)
+    provider = AzureProvider(credential=_NoLogin())
     with pytest.raises(AuthError) as caught:
         provider.query_instances("eastus", "c1")
     assert caught.value.code == "ClientAuthenticationError"
@@ -163,13 +205,12 @@ def test_authorization_errors(
 ) -> None:
     fake.inject_fault("ResourceGroups_CreateOrUpdate", code, status=status)
     with pytest.raises(AuthError) as caught:
-        provider.run_instances(config())
+        provisioned(provider, config())
     assert caught.value.code == code and caught.value.scope == BlockScope.CLOUD
 
 
 def test_unknown_subscription(fake: AzureArmFake) -> None:
-    provider = AzureProvider(credential=StaticToken(fake.token), subscription_id="0000",
-                             polling_interval=0)
+    provider = AzureProvider(credential=StaticToken(fake.token), subscription_id="0000")
     with pytest.raises(AuthError) as caught:
         provider.query_instances("eastus", "c1")
     assert caught.value.code == "SubscriptionNotFound"
@@ -192,7 +233,7 @@ def test_unreachable_endpoint_is_transient(fake: AzureArmFake) -> None:
         probe.bind(("127.0.0.1", 0))
         closed_port = probe.getsockname()[1]
     provider = AzureProvider(credential=StaticToken(fake.token),
-                             endpoint=f"https://127.0.0.1:{closed_port}", polling_interval=0)
+                             endpoint=f"https://127.0.0.1:{closed_port}")
     with pytest.raises(TransientError):
         provider.query_instances("eastus", "c1")
 
@@ -201,14 +242,14 @@ def test_invalid_config_fails_before_anything_is_created(
     provider: AzureProvider, fake: AzureArmFake
 ) -> None:
     with pytest.raises(InvalidConfigError, match="SSH public key"):
-        provider.run_instances(config(ssh_public_key=None))
+        provisioned(provider, config(ssh_public_key=None))
     with pytest.raises(InvalidConfigError, match="publisher:offer:sku:version"):
-        provider.run_instances(config(image_id="ubuntu"))
+        provisioned(provider, config(image_id="ubuntu"))
     assert fake.resource_groups() == [] and fake.count(CREATE_VM) == 0
 
 
 def test_vm_size_refused_by_azure(provider: AzureProvider) -> None:
     with pytest.raises(InvalidConfigError) as caught:
-        provider.run_instances(config(instance_type="Standard_Imaginary_v9"))
+        provisioned(provider, config(instance_type="Standard_Imaginary_v9"))
     assert caught.value.code == "InvalidParameter"
 

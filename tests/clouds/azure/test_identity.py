@@ -5,15 +5,14 @@
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from orch.clouds.azure import AzureProvider
+from tests.clouds.azure.support import az_login
 from tests.fakes.azure_arm_fake import AzureArmFake
 from tests.fakes.instance_metadata import AzureIdentity
 
@@ -49,7 +48,7 @@ def test_with_cloud_identity_the_managed_identity_is_used(
     else:
         monkeypatch.setenv("AZURE_POD_IDENTITY_AUTHORITY_HOST", identity.url)
 
-    result = AzureProvider(polling_interval=0).credentials_ok()
+    result = AzureProvider().credentials_ok()
 
     assert result == (True, f"subscription {fake.subscription_id} (managed identity)")
     path = AzureIdentity.APP_SERVICE if where == "app service" else AzureIdentity.IMDS
@@ -61,7 +60,7 @@ def test_without_cloud_identity_no_identity_endpoint_is_asked(
     app_service(identity, monkeypatch)
     monkeypatch.setenv("AZURE_POD_IDENTITY_AUTHORITY_HOST", identity.url)
 
-    ok, reason = AzureProvider(polling_interval=0).credentials_ok()
+    ok, reason = AzureProvider().credentials_ok()
 
     assert not ok and "Azure CLI not found" in reason, reason
     assert identity.hits == []
@@ -69,16 +68,9 @@ def test_without_cloud_identity_no_identity_endpoint_is_asked(
 
 def test_the_azure_cli_login(fake: AzureArmFake, identity: AzureIdentity,
                              tmp_path: Path) -> None:
-    expires = int(time.time()) + 3600
-    printed = {"accessToken": fake.token, "expiresOn": time.strftime(
-        "%Y-%m-%d %H:%M:%S.000000", time.localtime(expires)), "expires_on": expires,
-        "subscription": fake.subscription_id, "tenant": "72f988bf-0000-4000-8000-0000000000aa",
-        "tokenType": "Bearer"}
-    az = tmp_path / "bin" / "az"
-    az.write_text(f"#!/bin/sh\nprintf '%s\\n' '{json.dumps(printed)}'\n")  # a builtin: no PATH
-    az.chmod(0o755)
+    az_login(fake, tmp_path / "bin")  # the fixture's PATH
 
-    result = AzureProvider(polling_interval=0).credentials_ok()
+    result = AzureProvider().credentials_ok()
 
     assert result == (True, f"subscription {fake.subscription_id} (Azure CLI login)")
     assert identity.hits == []

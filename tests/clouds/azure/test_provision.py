@@ -7,10 +7,10 @@ import pytest
 
 from orch.clouds.azure import AzureProvider
 from orch.clouds.base import InstanceStatus, Provider
-from orch.clouds.errors import ProvisionError, TransientError
+from orch.clouds.errors import ProvisionError
 from orch.clouds.tiers import DiskTier, NetworkTier, disk_tier_fits
 from tests.clouds.azure.support import SSH_KEY, config
-from tests.clouds.waits import wait_instances
+from tests.clouds.waits import provisioned, settle, wait_instances
 from tests.fakes.azure_arm_fake import AzureArmFake
 
 RUNNING = InstanceStatus.RUNNING
@@ -41,7 +41,7 @@ def test_is_a_provider(provider: AzureProvider) -> None:
 
 
 def test_cluster_lifecycle(provider: AzureProvider, fake: AzureArmFake) -> None:
-    record = provider.run_instances(config("c1", 2, ports=["8080"]))
+    record = provisioned(provider, config("c1", 2, ports=["8080"]))
     assert record.head_instance_id == "c1-head"
     assert record.created_instance_ids == ["c1-head", "c1-worker-1"]
     assert record.resumed_instance_ids == []
@@ -73,13 +73,13 @@ def test_cluster_lifecycle(provider: AzureProvider, fake: AzureArmFake) -> None:
     assert len({n.internal_ip for n in info.nodes}) == 2
     assert all(n.runner == "ssh" and n.ssh_user == "azureuser" for n in info.nodes)
 
-    provider.stop_instances("eastus", "c1")
+    settle(provider, "eastus", "c1", provider.stop_instances("eastus", "c1"))
     assert fake.power_state("c1-head") == "deallocated"
     assert provider.query_instances("eastus", "c1") == {"c1-head": STOPPED,
                                                          "c1-worker-1": STOPPED}
     wait_instances(provider, "eastus", "c1", STOPPED)
 
-    resumed = provider.run_instances(config("c1", 2, ports=["8080"]))
+    resumed = provisioned(provider, config("c1", 2, ports=["8080"]))
     assert resumed.resumed_instance_ids == ["c1-head", "c1-worker-1"]
     assert resumed.created_instance_ids == []
     assert fake.count("VirtualMachines_Start") == 2
@@ -88,17 +88,19 @@ def test_cluster_lifecycle(provider: AzureProvider, fake: AzureArmFake) -> None:
     # the same machines, with the same addresses
     assert provider.get_cluster_info("eastus", "c1") == info
 
-    provider.terminate_instances("eastus", "c1")
+    (delete,) = provider.terminate_instances("eastus", "c1")
+    assert delete.kind == "delete-group" and fake.resource_groups() == ["orch-c1-eastus"]
+    settle(provider, "eastus", "c1", [delete])
     assert provider.query_instances("eastus", "c1") == {}
     assert fake.resource_groups() == []
     assert _ids(fake) == set()
 
 
 def test_rerun_creates_nothing_new(provider: AzureProvider, fake: AzureArmFake) -> None:
-    provider.run_instances(config("c1", 3))
+    provisioned(provider, config("c1", 3))
     before, creates = _ids(fake), _creates(fake)
 
-    again = provider.run_instances(config("c1", 3))
+    again = provisioned(provider, config("c1", 3))
 
     assert again.created_instance_ids == [] and again.resumed_instance_ids == []
     assert _creates(fake) == creates
@@ -109,8 +111,8 @@ def test_rerun_creates_nothing_new(provider: AzureProvider, fake: AzureArmFake) 
 def test_growing_a_cluster_creates_only_the_shortfall(
     provider: AzureProvider, fake: AzureArmFake
 ) -> None:
-    provider.run_instances(config("c1", 1))
-    record = provider.run_instances(config("c1", 3))
+    provisioned(provider, config("c1", 1))
+    record = provisioned(provider, config("c1", 3))
     assert record.created_instance_ids == ["c1-worker-1", "c1-worker-2"]
     assert sorted(vm["name"] for vm in fake.resources(VMS)) == [
         "c1-head", "c1-worker-1", "c1-worker-2"]
@@ -118,13 +120,13 @@ def test_growing_a_cluster_creates_only_the_shortfall(
 
 
 def test_nodes_ordered_head_first_then_by_index(provider: AzureProvider) -> None:
-    provider.run_instances(config("big", 11))
+    provisioned(provider, config("big", 11))
     names = [n.instance_id for n in provider.get_cluster_info("eastus", "big").nodes]
     assert names == ["big-head"] + [f"big-worker-{i}" for i in range(1, 11)]
 
 
 def test_spot_and_zone(provider: AzureProvider, fake: AzureArmFake) -> None:
-    record = provider.run_instances(config("s1", 1, use_spot=True, zone="eastus-2",
+    record = provisioned(provider, config("s1", 1, use_spot=True, zone="eastus-2",
                                            image_id="Canonical:ubuntu-24_04-lts:server:latest"))
     assert record.zone == "2"
     (vm,) = fake.resources(VMS)
@@ -141,13 +143,15 @@ def test_spot_and_zone(provider: AzureProvider, fake: AzureArmFake) -> None:
 
 
 def test_worker_only_stop_and_terminate(provider: AzureProvider, fake: AzureArmFake) -> None:
-    provider.run_instances(config("c1", 3))
+    provisioned(provider, config("c1", 3))
 
-    provider.stop_instances("eastus", "c1", worker_only=True)
+    settle(provider, "eastus", "c1", provider.stop_instances("eastus", "c1", worker_only=True))
     assert provider.query_instances("eastus", "c1") == {
         "c1-head": RUNNING, "c1-worker-1": STOPPED, "c1-worker-2": STOPPED}
 
-    provider.terminate_instances("eastus", "c1", worker_only=True)
+    deletes = provider.terminate_instances("eastus", "c1", worker_only=True)
+    assert [op.name for op in deletes] == ["c1-worker-1", "c1-worker-2"]
+    settle(provider, "eastus", "c1", deletes)  # their NICs and IPs go with them
     assert provider.query_instances("eastus", "c1") == {"c1-head": RUNNING}
     assert [r["name"] for r in fake.resources(NICS)] == ["c1-head-nic"]
     assert [r["name"] for r in fake.resources(IPS)] == ["c1-head-ip"]
@@ -155,7 +159,7 @@ def test_worker_only_stop_and_terminate(provider: AzureProvider, fake: AzureArmF
 
 
 def test_wait_polls_until_stopped(provider: AzureProvider, fake: AzureArmFake) -> None:
-    provider.run_instances(config("c1", 1))
+    provisioned(provider, config("c1", 1))
     provider.stop_instances("eastus", "c1")
     fake.hold_power_state("c1-head", "deallocating", reads=3)
     assert provider.query_instances("eastus", "c1") == {"c1-head": InstanceStatus.STOPPING}
@@ -167,35 +171,34 @@ def test_wait_polls_until_stopped(provider: AzureProvider, fake: AzureArmFake) -
 
 
 def test_wait_for_a_state_the_cluster_left_raises(provider: AzureProvider) -> None:
-    provider.run_instances(config("c1", 1))
+    provisioned(provider, config("c1", 1))
     with pytest.raises(ProvisionError, match="c1-head is RUNNING") as caught:
         wait_instances(provider, "eastus", "c1", STOPPED)
     assert caught.value.code == "UnexpectedState"
 
 
-def test_resume_while_stopping_asks_for_a_retry(
+def test_resume_while_stopping_waits_then_starts(
     provider: AzureProvider, fake: AzureArmFake
 ) -> None:
-    provider.run_instances(config("c1", 1))
-    provider.stop_instances("eastus", "c1")
+    provisioned(provider, config("c1", 1))
+    settle(provider, "eastus", "c1", provider.stop_instances("eastus", "c1"))
     fake.hold_power_state("c1-head", "deallocating", reads=1)
-    with pytest.raises(TransientError):
-        provider.run_instances(config("c1", 1))
+    assert provider.run_instances(config("c1", 1)).waiting_for == "c1-head deallocating"
     assert fake.count("VirtualMachines_Start") == 0
-    assert provider.run_instances(config("c1", 1)).resumed_instance_ids == ["c1-head"]
+    assert provisioned(provider, config("c1", 1)).resumed_instance_ids == ["c1-head"]
 
 
 def test_ports_opened_and_cleaned_up(provider: AzureProvider, fake: AzureArmFake) -> None:
-    provider.run_instances(config("c1", 1, ports=["8080"]))
+    provisioned(provider, config("c1", 1, ports=["8080"]))
 
-    provider.open_ports("eastus", "c1", ["9000-9010", "8080"])
+    settle(provider, "eastus", "c1", provider.open_ports("eastus", "c1", ["9000-9010", "8080"]))
     assert _nsg_ports(fake) == {"orch-ssh": "22", "orch-port-8080": "8080",
                                 "orch-port-9000-9010": "9000-9010"}
     puts = fake.count("NetworkSecurityGroups_CreateOrUpdate")
-    provider.open_ports("eastus", "c1", ["8080"])  # already open: nothing to write
+    assert provider.open_ports("eastus", "c1", ["8080"]) == []  # already open: no write
     assert fake.count("NetworkSecurityGroups_CreateOrUpdate") == puts
 
-    provider.cleanup_ports("eastus", "c1")
+    settle(provider, "eastus", "c1", provider.cleanup_ports("eastus", "c1"))
     assert _nsg_ports(fake) == {"orch-ssh": "22"}
 
 
@@ -217,7 +220,7 @@ def test_disk_tier_labels_and_network_tier_reach_arm(
 ) -> None:
     """Premium_LRS for disk_tier high on an "s" size, the labels as tags beside orch's,
     accelerated networking on the NICs for network_tier best (orch.clouds.tiers)."""
-    provider.run_instances(config(num_nodes=1, cpus=2, disk_tier=DiskTier.HIGH,
+    provisioned(provider, config(num_nodes=1, cpus=2, disk_tier=DiskTier.HIGH,
                                   network_tier=NetworkTier.BEST, labels={"project": "llm"}))
     (vm,) = fake.resources(VMS)
     disk = vm["properties"]["storageProfile"]["osDisk"]["managedDisk"]
@@ -233,10 +236,10 @@ def test_premium_on_a_size_without_premium_storage_is_refused_by_azure(
     """The optimizer never plans it (disk_tier_fits); should it get here, Azure's 409."""
     assert not disk_tier_fits("azure", DiskTier.HIGH, "Standard_D2_v3")
     with pytest.raises(ProvisionError) as caught:
-        provider.run_instances(config(num_nodes=1, instance_type="Standard_D2_v3",
+        provisioned(provider, config(num_nodes=1, instance_type="Standard_D2_v3",
                                       disk_tier=DiskTier.HIGH))
     assert "does not support the storage account type Premium_LRS" in str(caught.value)
-    provider.run_instances(config(cluster="c2", num_nodes=1, instance_type="Standard_D2_v3"))
+    provisioned(provider, config(cluster="c2", num_nodes=1, instance_type="Standard_D2_v3"))
     (vm,) = [v for v in fake.resources(VMS) if v["name"].startswith("c2")]
     assert vm["properties"]["storageProfile"]["osDisk"]["managedDisk"][
         "storageAccountType"] == "StandardSSD_LRS"

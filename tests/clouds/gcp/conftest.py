@@ -33,8 +33,8 @@ def fake() -> Iterator[GCPComputeFake]:
 @pytest.fixture
 def provider(fake: GCPComputeFake) -> GCPProvider:
     # Polls are counted, never timed: the fake moves one step per read.
-    settings = GCPSettings(project=fake.project, endpoint=fake.endpoint, max_operation_waits=3)
-    return GCPProvider(settings, poll_interval=0, max_polls=10)
+    settings = GCPSettings(project=fake.project, endpoint=fake.endpoint)
+    return GCPProvider(settings)
 
 
 @pytest.fixture

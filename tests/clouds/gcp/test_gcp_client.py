@@ -1,4 +1,5 @@
-"""Credentials, project, endpoint override, transient failures and bounded operation waits."""
+"""Credentials, project, endpoint override, transient failures, and operations that are
+started and polled, never waited on."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from orch.clouds.base import ProvisionConfig
 from orch.clouds.errors import AuthError, TransientError
 from orch.clouds.gcp import GCPProvider
 from orch.clouds.gcp_client import GCPSettings
+from tests.clouds.gcp.conftest import REGION, ZONE
+from tests.clouds.waits import settle
 from tests.fakes.gcp_compute_fake import GCPComputeFake
 
 Config = Callable[..., ProvisionConfig]
@@ -60,8 +63,7 @@ def test_service_account_file_gives_token_and_project(fake: GCPComputeFake,
                                                       tmp_path: Path) -> None:
     fake.require_auth = True
     key = write_key(tmp_path, fake.service_account())
-    provider = GCPProvider(GCPSettings(endpoint=fake.endpoint, credentials_file=key),
-                           poll_interval=0)
+    provider = GCPProvider(GCPSettings(endpoint=fake.endpoint, credentials_file=key))
 
     assert provider.credentials_ok() == (
         True, f"project {fake.project} (service-account key file {key})")
@@ -142,15 +144,20 @@ def test_unreachable_endpoint_is_transient() -> None:
     assert raised.value.code == "UNREACHABLE"
 
 
-def test_operation_wait_is_bounded(fake: GCPComputeFake, provider: GCPProvider,
-                                   config: Config) -> None:
+def test_operations_are_started_never_waited_on(fake: GCPComputeFake, provider: GCPProvider,
+                                                config: Config) -> None:
     fake.stall_operation("instances.insert")
 
+    record = provider.run_instances(config(num_nodes=1))  # returns: nothing blocks on Google
+    (operation,) = record.operations
+    assert (operation.kind, operation.target, operation.zone) == ("insert", "c1-head", ZONE)
     with pytest.raises(TransientError) as raised:
-        provider.run_instances(config(num_nodes=1))
+        settle(provider, REGION, "c1", record.operations, timeout_s=0.5)
 
-    assert raised.value.code == "OPERATION_TIMEOUT"
-    assert len(fake.calls("zoneOperations.wait")) == provider.api.settings.max_operation_waits
+    assert raised.value.code == "WaitTimeout"
+    assert raised.value.message.endswith("last seen insert c1-head RUNNING")
+    assert fake.calls("zoneOperations.wait") == []
+    assert len(fake.calls("zoneOperations.get")) > 1
 
 
 def test_operations_polled_by_get_go_pending_running_done(fake: GCPComputeFake,

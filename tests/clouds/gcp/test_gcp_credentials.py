@@ -45,8 +45,7 @@ def test_application_default_user_credentials_are_found_and_used(
     adc = Path(os.environ["CLOUDSDK_CONFIG"]) / "application_default_credentials.json"
     adc.write_text(json.dumps(fake.authorized_user()))
 
-    provider = GCPProvider(GCPSettings.from_env().model_copy(update={"endpoint": fake.endpoint}),
-                           poll_interval=0)
+    provider = GCPProvider(GCPSettings.from_env().model_copy(update={"endpoint": fake.endpoint}))
 
     assert provider.credentials_ok() == (True, (
         f"project {fake.project} (application-default credentials (user credentials, "
@@ -88,8 +87,7 @@ def test_with_cloud_identity_the_metadata_server_account_is_used(
     monkeypatch.setenv("ORCH_CLOUD_IDENTITY", "1")
     monkeypatch.delenv("GOOGLE_CLOUD_PROJECT")  # the metadata server names it
     settings = GCPSettings.from_env()
-    provider = GCPProvider(settings.model_copy(update={"endpoint": fake.endpoint}),
-                           poll_interval=0)
+    provider = GCPProvider(settings.model_copy(update={"endpoint": fake.endpoint}))
 
     assert settings.cloud_identity
     assert provider.credentials_ok() == (True, f"project {fake.project} (metadata server)")

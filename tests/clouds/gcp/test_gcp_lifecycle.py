@@ -10,7 +10,7 @@ from orch.clouds.base import InstanceStatus, ProvisionConfig
 from orch.clouds.errors import BlockScope, CapacityError, TransientError
 from orch.clouds.gcp import GCPProvider
 from tests.clouds.gcp.conftest import REGION, ZONE
-from tests.clouds.waits import wait_instances
+from tests.clouds.waits import launch, wait_instances
 from tests.fakes.gcp_compute_fake import GCPComputeFake
 
 Config = Callable[..., ProvisionConfig]
@@ -108,14 +108,18 @@ def test_stop_then_relaunch_resumes_the_stopped_instances(
 def test_resume_waits_for_instances_still_stopping(
     fake: GCPComputeFake, provider: GCPProvider, config: Config
 ) -> None:
-    """Google refuses to start a STOPPING instance (400 resourceNotReady)."""
+    """Google refuses to start a STOPPING instance (400 resourceNotReady): run_instances
+    says it waits, starts nothing, and the next call (the waiter's) starts it."""
     provider.run_instances(config(num_nodes=1))
     provider.stop_instances(REGION, "c1")
 
-    record = provider.run_instances(config(num_nodes=1))
+    first = provider.run_instances(config(num_nodes=1))
+    assert first.waiting_for == "c1-head=STOPPING" and first.operations == []
+    record = launch(provider, config(num_nodes=1))
 
     assert record.resumed_instance_ids == ["c1-head"]
-    assert ("instances.get", ZONE) in fake.calls()
+    assert fake.calls("instances.start") == [("instances.start", ZONE)]
+    wait_instances(provider, REGION, "c1", S.RUNNING, operations=record.operations)
 
 
 def test_starting_a_stopping_instance_is_a_zone_capacity_error(

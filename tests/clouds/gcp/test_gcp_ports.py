@@ -10,6 +10,7 @@ from orch.clouds.base import ProvisionConfig
 from orch.clouds.errors import AuthError
 from orch.clouds.gcp import GCPProvider
 from tests.clouds.gcp.conftest import REGION
+from tests.clouds.waits import settle
 from tests.fakes.gcp_compute_fake import GCPComputeFake
 
 Config = Callable[..., ProvisionConfig]
@@ -71,6 +72,7 @@ def test_firewall_errors_inside_the_global_operation(fake: GCPComputeFake,
     fake.fail_operation("firewalls.insert", "IAM_PERMISSION_DENIED",
                         "Required 'compute.firewalls.create' permission")
 
+    operations = provider.open_ports(REGION, "c1", ["8080"])
     with pytest.raises(AuthError):
-        provider.open_ports(REGION, "c1", ["8080"])
+        settle(provider, REGION, "c1", operations)
     assert fake.firewalls() == {}

@@ -19,6 +19,7 @@ from orch.clouds.errors import (
 from orch.clouds.gcp import GCPProvider
 from orch.clouds.tiers import DiskTier, NetworkTier
 from tests.clouds.gcp.conftest import REGION, ZONE
+from tests.clouds.waits import provisioned
 from tests.fakes.gcp_compute_fake import GCPComputeFake
 
 Config = Callable[..., ProvisionConfig]
@@ -153,7 +154,7 @@ def test_capacity_inside_the_operation_blocks_the_zone(
     fake.fail_operation("instances.insert", code, CAPACITY[1], zone=ZONE, skip=1)
 
     with pytest.raises(CapacityError) as raised:
-        provider.run_instances(config(num_nodes=2))
+        provisioned(provider, config(num_nodes=2))
 
     assert (raised.value.code, raised.value.scope) == (code, BlockScope.ZONE)
     assert "does not have enough resources" in raised.value.message
@@ -178,8 +179,8 @@ def test_capacity_only_in_one_zone(
     fake.fail_operation("instances.insert", *CAPACITY, zone=ZONE, times=5)
 
     with pytest.raises(CapacityError):
-        provider.run_instances(config(num_nodes=1))
-    record = provider.run_instances(config(cluster_name="c2", zone="us-central1-b"))
+        provisioned(provider, config(num_nodes=1))
+    record = provisioned(provider, config(cluster_name="c2", zone="us-central1-b"))
 
     assert record.zone == "us-central1-b"
 
@@ -192,7 +193,7 @@ def test_regional_quota_inside_the_operation_blocks_the_region(
     fake.set_quota(REGION, "N2_CPUS", 12)
 
     with pytest.raises(QuotaError) as raised:
-        provider.run_instances(config(num_nodes=2))  # 2 x 8 vCPUs
+        provisioned(provider, config(num_nodes=2))  # 2 x 8 vCPUs
 
     assert (raised.value.code, raised.value.scope) == ("QUOTA_EXCEEDED", BlockScope.REGION)
     assert "'N2_CPUS' exceeded" in raised.value.message
@@ -216,11 +217,11 @@ def test_global_gpu_quota_blocks_the_cloud_in_both_shapes(
 ) -> None:
     fake.set_quota(None, "GPUS_ALL_REGIONS", 1)
     with pytest.raises(QuotaError) as in_operation:
-        provider.run_instances(config(num_nodes=2, instance_type="a2-highgpu-1g"))
+        provisioned(provider, config(num_nodes=2, instance_type="a2-highgpu-1g"))
     fake.fail_http("instances.insert", 403, "quotaExceeded",
                    "Quota 'GPUS_ALL_REGIONS' exceeded.  Limit: 1.0 globally.")
     with pytest.raises(QuotaError) as as_http:
-        provider.run_instances(config(cluster_name="c2", instance_type="a2-highgpu-1g"))
+        provisioned(provider, config(cluster_name="c2", instance_type="a2-highgpu-1g"))
 
     assert "GPUS_ALL_REGIONS" in in_operation.value.message
     assert in_operation.value.scope == BlockScope.CLOUD
@@ -238,7 +239,7 @@ def test_configuration_and_permission_errors_block_the_cloud(
     fake.fail_operation("instances.insert", code)
 
     with pytest.raises(kind) as raised:
-        provider.run_instances(config(num_nodes=1))
+        provisioned(provider, config(num_nodes=1))
 
     assert getattr(raised.value, "scope") == BlockScope.CLOUD  # noqa: B009
 
