@@ -58,6 +58,9 @@ def main() -> None:
                              f"{MAX_AGE_S:.0f})")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    # asyncssh logs every connection and channel at INFO: the managed-job watch opens
+    # thousands (orch.runtime.ssh_async).
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
     try:
         settings = load_settings().temporal_settings()
     except SpecError as err:  # a broken config file: its message, exit 2

@@ -79,7 +79,7 @@ with workflow.unsafe.imports_passed_through():
         TeardownInput,
         TeardownResult,
     )
-    from orch.runtime.jobs import JobRecord, JobSpec
+    from orch.runtime.job_records import JobRecord, JobSpec
     from orch.spec import Task
     from orch.status import ClusterStatus
     from orch.summaries import (

@@ -104,7 +104,7 @@ with workflow.unsafe.imports_passed_through():
         Placement,
         TeardownInput,
     )
-    from orch.runtime.jobs import JobRecord, JobSpec
+    from orch.runtime.job_records import JobRecord, JobSpec
     from orch.semaphore import LAUNCH_SEMAPHORE_ID
     from orch.spec import Task
     from orch.status import ClusterStatus, JobStatus

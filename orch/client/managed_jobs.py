@@ -64,7 +64,8 @@ from orch.managed_jobs import (
 )
 from orch.names import check_name
 from orch.records import MANAGED_JOB_WORKFLOW
-from orch.runtime.runner import NodeUnreachableError, runner_for
+from orch.runtime.commands import NodeUnreachableError
+from orch.runtime.runner import runner_for
 from orch.spec import Task
 from orch.summaries import job_summary, pipeline_details
 

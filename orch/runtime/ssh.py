@@ -15,11 +15,6 @@ may install the public key a few seconds after sshd starts listening. It gives u
 ``NodeUnreachableError`` once the total deadline has passed. A changed host key is never
 retried.
 
-Host keys. The first key a host shows is recorded in ``$ORCH_HOME/known_hosts``
-(OpenSSH format, ``[host]:port`` for ports other than 22) and every later connection must
-show the same key, else ``HostKeyChangedError``. Clouds reuse IP addresses, so whoever
-terminates a node should ``forget_host_key(node)``.
-
 Commands run as ``bash --login -c``: the login shell reads /etc/profile and ~/.profile
 (or ~/.bash_profile), so PATH has what images and earlier setup steps put there, much like
 an interactive ``ssh``; ~/.bashrc is read only if the profile sources it. ``env`` is
@@ -31,30 +26,20 @@ connection to the controller was lost — the whole process group is killed, so 
 never outlives its connection. Daemons that left the group (``setsid``) survive the kill,
 and nothing is killed when the command ends normally, so what it started keeps running.
 
-Uploads go over SFTP and behave like ``rsync -a`` without ``--delete``: directories are
-created as needed, file and directory modes and file mtimes are copied (an existing
-target directory keeps its own mode: it may be the home), symlinks stay symlinks, a file whose
-size and mtime already match is skipped (so re-syncing a workdir costs one directory
-listing per directory), and remote files missing locally are left alone (SkyPilot's
-rsync does not delete either). A file's mtime is set after its content, so an interrupted
-copy never looks up to date.
+Host keys are trusted on first use (``orch.runtime.ssh_host_keys``); uploads go over SFTP
+(``orch.runtime.sftp_sync``).
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
-import posixpath
 import re
 import shlex
 import socket
-import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -62,13 +47,20 @@ from typing import TypeVar
 import paramiko
 
 from orch.clouds.base import NodeInfo
-from orch.config import orch_home
-from orch.runtime.runner import (
+from orch.runtime.commands import (
     TAIL_LINES,
     CommandResult,
     CommandRunner,
     NodeUnreachableError,
     collect_lines,
+)
+from orch.runtime.sftp_sync import SftpSync, remote_path
+from orch.runtime.ssh_host_keys import (
+    HostKeyChangedError,
+    TrustOnFirstUse,
+    changed_key_error,
+    host_key_name,
+    known_hosts_path,
 )
 
 log = logging.getLogger(__name__)
@@ -102,14 +94,6 @@ exit "$rc"
 """
 
 
-class HostKeyChangedError(Exception):
-    """The host shows a different key from the one recorded on first contact."""
-
-
-def known_hosts_path() -> Path:
-    return orch_home() / "known_hosts"
-
-
 def connection_key(node: NodeInfo) -> str:
     """The pool key: one connection per ``user@host:port``."""
     return f"{_user(node)}@{node.address}:{node.ssh_port}"
@@ -119,73 +103,6 @@ def _user(node: NodeInfo) -> str:
     if not node.ssh_user:
         raise ValueError(f"node {node.instance_id} has no ssh_user")
     return node.ssh_user
-
-
-def _host_key_name(node: NodeInfo) -> str:
-    """How OpenSSH (and paramiko) name a host in known_hosts."""
-    return node.address if node.ssh_port == 22 else f"[{node.address}]:{node.ssh_port}"
-
-
-# --- host keys: trust on first use ---------------------------------------------------------
-
-
-@contextmanager
-def _known_hosts_locked() -> Iterator[Path]:
-    """The known_hosts file, locked against other processes that record keys."""
-    path = known_hosts_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield path
-
-
-def _load_known_hosts(path: Path) -> paramiko.HostKeys:
-    keys = paramiko.HostKeys()
-    if path.exists():
-        keys.load(str(path))
-    return keys
-
-
-def _changed_key_error(hostname: str, shown: paramiko.PKey) -> HostKeyChangedError:
-    return HostKeyChangedError(
-        f"host key for {hostname} changed: it now shows {shown.get_name()} "
-        f"{shown.fingerprint}, which is not the key recorded in {known_hosts_path()}. "
-        "Refusing to connect. If the machine was legitimately replaced, remove its line "
-        "from that file (orch.runtime.ssh.forget_host_key)."
-    )
-
-
-class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
-    """Records a host's first key; paramiko itself compares keys on later connections."""
-
-    def missing_host_key(
-        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
-    ) -> None:
-        with _known_hosts_locked() as path:
-            # Another process may have recorded this host since the file was read.
-            recorded = _load_known_hosts(path).lookup(hostname)
-            if recorded is not None:
-                if recorded.get(key.get_name()) == key:
-                    return
-                raise _changed_key_error(hostname, key)
-            with open(path, "a") as known_hosts:
-                known_hosts.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-        log.info("recorded host key %s %s for %s", key.get_name(), key.fingerprint, hostname)
-
-
-def forget_host_key(node: NodeInfo) -> None:
-    """Drop the recorded key of ``node``'s address, e.g. when the node is terminated and its
-    IP address may go to another machine."""
-    hostname = _host_key_name(node)
-    with _known_hosts_locked() as path:
-        keys = _load_known_hosts(path)
-        if keys.lookup(hostname) is None:
-            return
-        del keys[hostname]
-        # Rewritten whole and renamed into place: connecting processes read it unlocked.
-        partial = path.with_name(path.name + ".new")
-        keys.save(str(partial))
-        os.replace(partial, path)
 
 
 # --- connecting ------------------------------------------------------------------------------
@@ -205,7 +122,7 @@ def _handshake(node: NodeInfo, pkey: paramiko.PKey | None, timeout: float) -> pa
     client = paramiko.SSHClient()
     if known_hosts_path().exists():
         client.load_host_keys(str(known_hosts_path()))
-    client.set_missing_host_key_policy(_TrustOnFirstUse())
+    client.set_missing_host_key_policy(TrustOnFirstUse())
     try:
         client.connect(
             node.address,
@@ -225,7 +142,7 @@ def _handshake(node: NodeInfo, pkey: paramiko.PKey | None, timeout: float) -> pa
         client.close()
         sock.close()
         if isinstance(exc, paramiko.BadHostKeyException):
-            raise _changed_key_error(_host_key_name(node), exc.key) from exc
+            raise changed_key_error(host_key_name(node), exc.key) from exc
         raise
     transport = client.get_transport()
     assert transport is not None  # connect() succeeded
@@ -468,8 +385,8 @@ class SSHRunner(CommandRunner):
         sftp = self._open(paramiko.SFTPClient.from_transport)
         assert sftp is not None  # from_transport returns None only for a closed transport
         try:
-            sync = _SftpSync(sftp)
-            target = sync.root(source, _remote_path(sftp, remote))
+            sync = SftpSync(sftp)
+            target = sync.root(source, remote_path(sftp, remote))
             log.debug("upload %s -> %s:%s: %d copied, %d unchanged",
                       local, self._key, target, sync.copied, sync.unchanged)
         except (paramiko.SSHException, EOFError, OSError) as exc:
@@ -486,138 +403,3 @@ def wait_for_ssh(node: NodeInfo, deadline: float) -> None:
     give_up = time.monotonic() + deadline
     with SSHRunner(node, connect_deadline=deadline) as runner:
         runner.check("true", timeout=max(give_up - time.monotonic(), ATTEMPT_TIMEOUT))
-
-
-# --- uploads ---------------------------------------------------------------------------------
-
-
-def _remote_path(sftp: paramiko.SFTPClient, remote: str) -> str:
-    if remote.startswith("/"):
-        return posixpath.normpath(remote)
-    home = sftp.normalize(".")  # an sftp session starts in the home directory
-    relative = "" if remote == "~" else remote.removeprefix("~/")
-    return posixpath.normpath(posixpath.join(home, relative))
-
-
-def _attributes(
-    sftp: paramiko.SFTPClient, path: str, *, follow: bool = False
-) -> paramiko.SFTPAttributes | None:
-    try:
-        return sftp.stat(path) if follow else sftp.lstat(path)
-    except FileNotFoundError:
-        return None
-
-
-def _makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
-    """``mkdir -p``."""
-    if path in ("", "/") or _attributes(sftp, path, follow=True) is not None:
-        return
-    _makedirs(sftp, posixpath.dirname(path))
-    sftp.mkdir(path)
-
-
-def _kind(attributes: paramiko.SFTPAttributes | None) -> int:
-    """The file type bits (stat.S_IFREG, S_IFDIR, S_IFLNK...), 0 when missing."""
-    return stat.S_IFMT(attributes.st_mode or 0) if attributes is not None else 0
-
-
-def _permissions(attributes: paramiko.SFTPAttributes) -> int:
-    return stat.S_IMODE(attributes.st_mode or 0)
-
-
-_Remote = paramiko.SFTPAttributes | None  # what stands at a remote path (None: nothing)
-
-
-class _SftpSync:
-    """Copies a local file or tree to a remote path, skipping what is up to date."""
-
-    def __init__(self, sftp: paramiko.SFTPClient) -> None:
-        self.sftp = sftp
-        self.copied = 0
-        self.unchanged = 0
-
-    def root(self, source: Path, target: str) -> str:
-        """Like ``cp`` for a file (into ``target`` if it is a directory) and like
-        ``rsync -a source/ target`` for a directory; returns where it went. An existing
-        target directory keeps its own mode (it may be the home directory)."""
-        existing = _attributes(self.sftp, target, follow=True)
-        if source.is_dir():
-            if existing is None:
-                _makedirs(self.sftp, posixpath.dirname(target))
-                self._mkdir(target, source.stat())
-            elif _kind(existing) != stat.S_IFDIR:
-                raise NotADirectoryError(f"remote {target} exists and is not a directory")
-            self._children(source, target, fresh=existing is None)
-            return target
-        if _kind(existing) == stat.S_IFDIR:
-            target = posixpath.join(target, source.name)
-            existing = _attributes(self.sftp, target)
-        else:
-            _makedirs(self.sftp, posixpath.dirname(target))
-            existing = _attributes(self.sftp, target)
-        self._file(source, target, existing, source.stat())
-        return target
-
-    def _children(self, source: Path, target: str, *, fresh: bool) -> None:
-        listing = {} if fresh else {a.filename: a for a in self.sftp.listdir_attr(target)}
-        for child in sorted(source.iterdir()):
-            self._entry(child, posixpath.join(target, child.name), listing.get(child.name))
-
-    def _entry(self, source: Path, target: str, existing: _Remote) -> None:
-        info = source.lstat()
-        kind = stat.S_IFMT(info.st_mode)
-        if kind == stat.S_IFLNK:
-            self._symlink(source, target, existing)
-        elif kind == stat.S_IFREG:
-            self._file(source, target, existing, info)
-        elif kind == stat.S_IFDIR:
-            if existing is not None and _kind(existing) == stat.S_IFDIR:
-                self._chmod_if_needed(target, existing, info)
-            else:
-                self._make_room(target, existing)
-                self._mkdir(target, info)
-            self._children(source, target, fresh=_kind(existing) != stat.S_IFDIR)
-        # sockets, fifos and devices are not copied
-
-    def _make_room(self, target: str, existing: _Remote) -> None:
-        """Remove a remote entry of another type that stands where ``target`` goes."""
-        if _kind(existing) == stat.S_IFDIR:
-            raise IsADirectoryError(f"remote {target} is a directory; not replacing it")
-        if existing is not None:
-            self.sftp.remove(target)
-
-    def _mkdir(self, target: str, info: os.stat_result) -> None:
-        self.sftp.mkdir(target)
-        self.sftp.chmod(target, stat.S_IMODE(info.st_mode))  # mkdir's mode meets a umask
-
-    def _chmod_if_needed(
-        self, target: str, existing: paramiko.SFTPAttributes, info: os.stat_result
-    ) -> None:
-        if _permissions(existing) != stat.S_IMODE(info.st_mode):
-            self.sftp.chmod(target, stat.S_IMODE(info.st_mode))
-
-    def _file(self, source: Path, target: str, existing: _Remote, info: os.stat_result) -> None:
-        if (
-            existing is not None
-            and _kind(existing) == stat.S_IFREG
-            and existing.st_size == info.st_size
-            and existing.st_mtime == int(info.st_mtime)
-        ):
-            self._chmod_if_needed(target, existing, info)
-            self.unchanged += 1
-            return
-        if _kind(existing) != stat.S_IFREG:
-            self._make_room(target, existing)  # never write through a remote symlink
-        self.sftp.put(str(source), target)
-        self.sftp.chmod(target, stat.S_IMODE(info.st_mode))
-        self.sftp.utime(target, (int(info.st_atime), int(info.st_mtime)))
-        self.copied += 1
-
-    def _symlink(self, source: Path, target: str, existing: _Remote) -> None:
-        link = os.readlink(source)
-        if _kind(existing) == stat.S_IFLNK and self.sftp.readlink(target) == link:
-            self.unchanged += 1
-            return
-        self._make_room(target, existing)
-        self.sftp.symlink(link, target)
-        self.copied += 1

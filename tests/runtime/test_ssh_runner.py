@@ -20,15 +20,13 @@ import paramiko
 import pytest
 
 from orch.clouds.base import NodeInfo
-from orch.runtime.runner import NodeUnreachableError
-from orch.runtime.ssh import (
-    POOL,
+from orch.runtime.commands import NodeUnreachableError
+from orch.runtime.ssh import POOL, SSHRunner, wait_for_ssh
+from orch.runtime.ssh_host_keys import (
     HostKeyChangedError,
-    SSHRunner,
-    _TrustOnFirstUse,
+    TrustOnFirstUse,
     forget_host_key,
     known_hosts_path,
-    wait_for_ssh,
 )
 from tests.fakes.sshd import Sshd, free_port, keygen
 
@@ -374,7 +372,7 @@ def test_first_use_rechecks_keys_recorded_meanwhile_by_another_process(
     line = f"[10.0.0.7]:2222 {theirs.get_name()} {theirs.get_base64()}\n"
     known_hosts_path().parent.mkdir(parents=True)
     known_hosts_path().write_text(line)
-    policy = _TrustOnFirstUse()
+    policy = TrustOnFirstUse()
     with pytest.raises(HostKeyChangedError, match="changed"):
         policy.missing_host_key(paramiko.SSHClient(), "[10.0.0.7]:2222", ours)
     policy.missing_host_key(paramiko.SSHClient(), "[10.0.0.7]:2222", theirs)
