@@ -24,7 +24,9 @@ instances run is treated the same (the cluster is unusable). An unreadable head 
 again after 1, 2, 4... s, up to ``poll_interval_s``.
 
 A separate loop heartbeats every quarter of the heartbeat timeout (the SDK sends at most
-one per 0.8 of it) even while a poll waits. Its progress (log offset, since when the head
+one per 0.8 of it) even while a poll waits; the timeout is the workflow's trade-off
+between what the heartbeats cost the server and how late a crashed worker's watches are
+retried (``workflows/managed_job.py``). Its progress (log offset, since when the head
 has been unreadable, the last instance check) is in the heartbeat details, so an attempt
 retried after a worker died resumes where the last one stopped (from where this worker's
 copy ends, if that is earlier: a retry on another machine copies the output from the
@@ -44,7 +46,6 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
-from activities.heartbeat import beat_interval
 from activities.runtime import UNREACHABLE_AFTER_S
 from orch.clouds import get_provider
 from orch.clouds.base import InstanceStatus
@@ -57,6 +58,7 @@ from orch.runtime.job_records import JobPoll
 from orch.runtime.jobs import UNCHANGED_EXIT, wait_then_poll_command
 from orch.runtime.ssh_async import run_on_node
 
+HEARTBEATS_PER_TIMEOUT = 4
 FIRST_RETRY_GAP_S = 1.0  # an unreadable head is asked again after 1, 2, 4... s
 POLL_JITTER = 0.25  # each long poll waits its interval less up to this fraction
 POLL_GRACE_S = 60.0  # a poll's own time beyond its wait, before it is given up
@@ -219,7 +221,10 @@ async def watch_job(request: WatchRequest) -> WatchResult:
     log = attempt_log_path(orch_home(), request.job_id, request.task_index, request.attempt)
     # Resumed on a worker whose copy is shorter (another machine): copy what it lacks.
     progress.log_offset = min(progress.log_offset, log.stat().st_size if log.exists() else 0)
-    every = beat_interval(activity.info().heartbeat_timeout)
+    timeout = activity.info().heartbeat_timeout
+    # Local calls (the SDK sends one RPC per 0.8 x the timeout at most); not beat_interval's
+    # 5 s cap, which at 2,000 jobs is 400 calls a second for the same RPCs.
+    every = timeout.total_seconds() / HEARTBEATS_PER_TIMEOUT if timeout else 15.0
 
     async def heartbeat() -> None:
         while True:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import getpass
 import os
+import signal
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,10 +53,17 @@ class SimCloud:
                          extra_config=(f"AllowUsers {user}@127.0.0.0/8\n"
                                        f"ForceCommand {shell}\n"
                                        f"MaxStartups {MAX_STARTUPS}\n"))
-        config = SimConfig(regions=regions, latency_s=latency_s or {}, boot_s=boot_s,
-                           ssh_port=self.sshd.port, ssh_user=user, ssh_key_path=str(key),
-                           python=str(python))
-        (directory / "config.json").write_text(config.model_dump_json())
+        self.config = SimConfig(regions=regions, latency_s=latency_s or {}, boot_s=boot_s,
+                                ssh_port=self.sshd.port, ssh_user=user,
+                                ssh_key_path=str(key), python=str(python))
+        self.configure(regions)
+
+    def configure(self, regions: dict[str, SimRegion]) -> None:
+        """Change the regions (capacities, quotas); every later call sees the change."""
+        self.config = self.config.model_copy(update={"regions": regions})
+        partial = self.directory / "config.json.new"
+        partial.write_text(self.config.model_dump_json())
+        partial.replace(self.directory / "config.json")
 
     def __enter__(self) -> SimCloud:
         self.sshd.start()
@@ -88,6 +97,12 @@ def control_plane(home: Path, **env: str) -> Iterator[ServerState]:
         yield plane.ensure()
     finally:
         plane.stop()
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM ends the benchmark as Ctrl-C does: its control plane, sshd and temporary
+    directories are cleaned up (Python's default would leave them running)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
 def cpu_seconds(pid: int) -> float:

@@ -9,18 +9,14 @@ Two small scripts in the cloud's directory make one sshd serve every head:
   home, so the benchmarks can tell the time spent on the node from orch's own; the watch's
   long polls, which only wait, are not logged.
 * ``bin/python``, the heads' interpreter: orch's node-side modules run as on a real head
-  (the job table and its ``poll``, exactly), except two that would need Ray, which this
-  module simulates: ``ray_node`` (start prints a GCS address, stop and health succeed) and
-  ``jobs submit`` (the job is recorded RUNNING with its spec, and no driver; it ends when
-  the benchmark says so, :func:`end_job`, or when it is cancelled).
-
-``python -m orch.clouds.simulated_node MODULE ARGS...`` is what ``bin/python`` runs for
-those two.
+  (the job table and its ``poll``, exactly), except two that would need Ray: ``ray_node``
+  (start prints a GCS address, stop and health succeed, in bash) and ``jobs submit``
+  (``python -m orch.clouds.simulated_node SPEC``: the job is recorded RUNNING, with no
+  driver; it ends when the benchmark says so, :func:`end_job`, or is cancelled).
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -53,12 +49,18 @@ echo "$start $EPOCHREALTIME" >> {seconds}
 exit $rc
 """
 
+# Ray is answered in bash: these run for every launch and teardown, and a Python start
+# costs a tenth of a second of the machine that hosts every simulated node.
 _PYTHON = """\
 #!/bin/bash
 # The simulated heads' interpreter: orch's node modules, Ray and the job driver simulated.
 case "$1 $2 $3" in
-  "-m orch.runtime.ray_node "*|"-m orch.runtime.jobs submit")
-    exec {python} -m orch.clouds.simulated_node "${{@:2}}" ;;
+  "-m orch.runtime.ray_node start")
+    while [ $# -gt 0 ]; do [ "$1" = --ip ] && ip=$2; shift; done
+    echo "{{\\"gcs_address\\": \\"$ip:6379\\"}}"
+    exit 0 ;;
+  "-m orch.runtime.ray_node stop"|"-m orch.runtime.ray_node health") exit 0 ;;
+  "-m orch.runtime.jobs submit") exec {python} -m orch.clouds.simulated_node "$4" ;;
 esac
 exec {python} "$@"
 """
@@ -111,16 +113,5 @@ def _submit(spec_path: str) -> None:
     print(record.model_dump_json())
 
 
-def main(argv: list[str]) -> None:
-    module, command, *args = argv
-    if module == "orch.runtime.jobs" and command == "submit":
-        _submit(args[0])
-    elif module == "orch.runtime.ray_node" and command == "start":
-        ip = args[args.index("--ip") + 1]
-        print(json.dumps({"gcs_address": f"{ip}:6379"}))
-    elif module != "orch.runtime.ray_node" or command not in ("stop", "health"):
-        raise SystemExit(f"simulated head: no {module} {command}")
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    _submit(sys.argv[1])

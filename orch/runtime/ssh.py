@@ -4,9 +4,12 @@ Connections. One paramiko ``Transport`` per ``user@host:port`` lives in a proces
 (``POOL``), so the many runners an activity worker creates for one node share a single
 TCP connection and handshake. A runner holds its connection from first use to ``close()``;
 a connection nobody holds is closed once it has been idle for ``IDLE_CLOSE_SECONDS``
-(checked whenever the pool is used) or by ``POOL.close_all()``. A pooled connection that
-died (node rebooted, network dropped) is replaced on next use. sshd allows 10 sessions
-(commands, uploads) at once per connection by default (MaxSessions).
+(checked whenever the pool is used, and by a reaper thread while connections are open) or
+by ``POOL.close_all()``. A pooled connection that died (node rebooted, network dropped) is
+replaced on next use. Each open connection has a paramiko thread reading its socket; it
+wakes every ``READ_WAKEUP_SECONDS`` when nothing comes (paramiko's own 0.1 s made a few
+hundred connections left by recent launches a steady CPU cost of the worker). sshd
+allows 10 sessions (commands, uploads) at once per connection by default (MaxSessions).
 
 Reaching a booting VM. Connecting retries with exponential backoff (``FIRST_BACKOFF`` to
 ``MAX_BACKOFF``) on every network or handshake failure — refused, timed out, no route,
@@ -71,7 +74,8 @@ FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 8.0
 KEEPALIVE_SECONDS = 30  # SSH-level keepalive, so NATs and firewalls keep idle connections
 TCP_USER_TIMEOUT_MS = 90_000  # unacknowledged data this long means the peer is gone
-IDLE_CLOSE_SECONDS = 300.0
+IDLE_CLOSE_SECONDS = 120.0
+READ_WAKEUP_SECONDS = 1.0
 KILL_GRACE_SECONDS = 10.0  # after a timeout: how long to wait for the kill to be confirmed
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -147,6 +151,7 @@ def _handshake(node: NodeInfo, pkey: paramiko.PKey | None, timeout: float) -> pa
     transport = client.get_transport()
     assert transport is not None  # connect() succeeded
     transport.set_keepalive(KEEPALIVE_SECONDS)
+    sock.settimeout(READ_WAKEUP_SECONDS)  # paramiko set 0.1 s: its thread's wake-ups
     return client
 
 
@@ -203,6 +208,7 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self._connections: dict[str, PooledConnection] = {}
         self._connecting: dict[str, threading.Lock] = {}  # one handshake per key at a time
+        self._reaper: threading.Thread | None = None
 
     def acquire(self, node: NodeInfo, deadline: float) -> PooledConnection:
         """A live connection to ``node``, connecting (with retries) if needed; the caller
@@ -224,7 +230,24 @@ class ConnectionPool:
                     stale.client.close()
                 self._connections[key] = pooled
                 pooled.users += 1
+                self._start_reaper()
                 return pooled
+
+    def _start_reaper(self) -> None:
+        """Close idle connections even when nobody uses the pool (called with the lock)."""
+        if self._reaper is None or not self._reaper.is_alive():
+            self._reaper = threading.Thread(target=self._reap, name="ssh-pool-reaper",
+                                            daemon=True)
+            self._reaper.start()
+
+    def _reap(self) -> None:
+        while True:
+            time.sleep(IDLE_CLOSE_SECONDS / 4)
+            with self._lock:
+                self._close_idle()
+                if not self._connections:
+                    self._reaper = None
+                    return
 
     def release(self, pooled: PooledConnection) -> None:
         with self._lock:
