@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import tempfile
@@ -40,9 +41,10 @@ STARTING_AT_ONCE = 50
 async def heartbeat_only() -> None:
     timeout = activity.info().heartbeat_timeout
     assert timeout is not None
-    while True:
-        activity.heartbeat({"log_offset": 0})
-        await asyncio.sleep(timeout.total_seconds() / 4)
+    with contextlib.suppress(asyncio.CancelledError):  # terminated: end quietly
+        while True:
+            activity.heartbeat({"log_offset": 0})
+            await asyncio.sleep(timeout.total_seconds() / 4)
 
 
 @workflow.defn
