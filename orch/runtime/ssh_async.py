@@ -40,7 +40,7 @@ import paramiko
 from orch.clouds.base import NodeInfo
 from orch.runtime.commands import TAIL_LINES, CommandResult, NodeUnreachableError
 from orch.runtime.runner import LocalRunner
-from orch.runtime.ssh import (
+from orch.runtime.ssh_connect import (
     ATTEMPT_TIMEOUT,
     FIRST_BACKOFF,
     KEEPALIVE_SECONDS,

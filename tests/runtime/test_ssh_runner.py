@@ -21,7 +21,8 @@ import pytest
 
 from orch.clouds.base import NodeInfo
 from orch.runtime.commands import NodeUnreachableError
-from orch.runtime.ssh import POOL, SSHRunner, wait_for_ssh
+from orch.runtime.ssh import SSHRunner, wait_for_ssh
+from orch.runtime.ssh_connect import POOL
 from orch.runtime.ssh_host_keys import (
     HostKeyChangedError,
     TrustOnFirstUse,
@@ -311,7 +312,7 @@ def test_a_dead_pooled_connection_is_replaced(sshd: Sshd, ssh_node: NodeFor):
 def test_connecting_retries_until_sshd_listens(
     sshd_factory: Callable[..., Sshd], ssh_node: NodeFor, caplog: pytest.LogCaptureFixture
 ):
-    caplog.set_level(logging.DEBUG, logger="orch.runtime.ssh")
+    caplog.set_level(logging.DEBUG, logger="orch.runtime.ssh_connect")
     server = sshd_factory()
     starter = threading.Timer(1.0, server.start)
     starter.start()
