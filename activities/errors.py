@@ -14,7 +14,7 @@ from typing import ParamSpec, TypeVar
 from temporalio.exceptions import ApplicationError
 
 from orch.clouds.errors import CapacityError, ProvisionError, QuotaError, SetupError
-from orch.runtime.runner import NodeUnreachableError
+from orch.runtime.commands import NodeUnreachableError
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -3,25 +3,31 @@ cluster is lost.
 
 One ``watch_job`` activity runs per job on a cluster, for as long as the job runs (hours
 or days), and completes once: when the job ended, or when the cluster looks gone. So a
-running job adds nothing to its workflow's history, whatever its length. Every
-``poll_interval_s`` (sooner at first, so that short jobs end soon) it runs one command on
-the head (``python -m orch.runtime.jobs poll``) that returns the job's record and the log
-bytes written since the last poll; those bytes are appended to
+running job adds nothing to its workflow's history, whatever its length.
+
+It long-polls the head: one command (``orch.runtime.jobs.wait_then_poll_command``) waits
+on the head until the job's record or log changes, or ``poll_interval_s`` passes (less a
+random quarter, so that thousands of jobs started together do not poll in step), then
+prints the job's record and the log bytes written since the last poll. So a job's end is
+seen about a second after it happens, and a job that prints nothing costs one command per
+``poll_interval_s``. The log bytes are appended to
 ``$ORCH_HOME/managed_jobs/<id>/task-<i>.attempt-<n>.log`` on the worker, so an attempt's
-output outlives its cluster (``orch jobs logs`` shows it after a preemption).
+output outlives its cluster (``orch jobs logs`` shows it after a preemption). The
+commands go over one SSH connection per head, held in the worker's event loop with every
+other watch's (``orch.runtime.ssh_async``): no thread per job, per connection or per poll.
 
 Preemption: when the head cannot be read, when the job failed, and every
-``instance_check_s`` (5 min) anyway, the cloud is asked (``query_instances``) whether all
-the cluster's instances are still RUNNING; if not, the result is CLUSTER_LOST. A head
-that stays unreadable for ``unreachable_limit_s`` while its instances run is treated the
-same (the cluster is unusable).
+``instance_check_s`` (5 min) anyway, the cloud is asked (``query_instances``, in a thread:
+cloud SDKs block) whether all the cluster's instances are still RUNNING; if not, the
+result is CLUSTER_LOST. A head that stays unreadable for ``unreachable_limit_s`` while its
+instances run is treated the same (the cluster is unusable). An unreadable head is asked
+again after 1, 2, 4... s, up to ``poll_interval_s``.
 
-The activity is async and holds no thread between polls; a poll runs on a thread pool of
-its own (``POLL_THREADS``, not the event loop's default pool of cpus + 4 threads, which a
-wave of unreachable heads would fill, stalling every other job's watch), and gives up
-connecting to a head after ``UNREACHABLE_AFTER_S``. A separate loop heartbeats every
-15 seconds even while a poll hangs. Its progress (log offset, since when the head has
-been unreadable, the last instance check) is in the heartbeat details, so an attempt
+A separate loop heartbeats every quarter of the heartbeat timeout (the SDK sends at most
+one per 0.8 of it) even while a poll waits; the timeout is the workflow's trade-off
+between what the heartbeats cost the server and how late a crashed worker's watches are
+retried (``workflows/managed_job.py``). Its progress (log offset, since when the head
+has been unreadable, the last instance check) is in the heartbeat details, so an attempt
 retried after a worker died resumes where the last one stopped (from where this worker's
 copy ends, if that is earlier: a retry on another machine copies the output from the
 start while the head lives). It only reads, so running it twice is harmless.
@@ -31,9 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shlex
+import random
 import time
 from concurrent.futures import ThreadPoolExecutor
+from enum import Enum
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -46,14 +53,20 @@ from orch.clouds.errors import ProvisionError
 from orch.config import orch_home
 from orch.contracts.watch import WATCH_JOB, WatchOutcome, WatchRequest, WatchResult
 from orch.managed_jobs import RESTARTABLE, attempt_log_path
-from orch.runtime.jobs import JobPoll
-from orch.runtime.runner import NodeUnreachableError, runner_for
+from orch.runtime.commands import NodeUnreachableError
+from orch.runtime.job_records import JobPoll
+from orch.runtime.jobs import UNCHANGED_EXIT, wait_then_poll_command
+from orch.runtime.ssh_async import run_on_node
 
-HEARTBEAT_EVERY_S = 15.0  # the SDK sends one per 48 s at most (0.8 x the 60 s timeout)
-FIRST_POLL_GAP_S = 1.0
-POLL_TIMEOUT_S = 60.0
-POLL_THREADS = 64  # polls are short; 2,000 jobs polled every 30 s make ~67 a second
-_POLLS = ThreadPoolExecutor(max_workers=POLL_THREADS, thread_name_prefix="watch-poll")
+HEARTBEATS_PER_TIMEOUT = 4
+FIRST_RETRY_GAP_S = 1.0  # an unreadable head is asked again after 1, 2, 4... s
+POLL_JITTER = 0.25  # each long poll waits its interval less up to this fraction
+POLL_GRACE_S = 60.0  # a poll's own time beyond its wait, before it is given up
+# Cloud calls (query_instances) block: they run here, not on the event loop's default
+# pool of cpus + 4 threads, which a wave of them would fill.
+CLOUD_CHECK_THREADS = 16
+_CLOUD_CHECKS = ThreadPoolExecutor(max_workers=CLOUD_CHECK_THREADS,
+                                   thread_name_prefix="watch-cloud")
 
 
 class WatchProgress(BaseModel):
@@ -68,15 +81,18 @@ class _Unreadable(Exception):
     """The job's record could not be read from the head this time."""
 
 
-def _poll_head(request: WatchRequest, offset: int) -> JobPoll:
+async def _poll_head(request: WatchRequest, offset: int, wait_s: float) -> JobPoll | None:
+    """The job's record and new output, once it changed or ``wait_s`` passed; None when
+    nothing changed meanwhile."""
     head = request.head
-    command = (f"{shlex.quote(head.python)} -m orch.runtime.jobs poll "
-               f"{request.cluster_job_id} --offset {offset}")
+    command = wait_then_poll_command(head.python, request.cluster_job_id, offset, int(wait_s))
     try:
-        with runner_for(head, connect_deadline=UNREACHABLE_AFTER_S) as runner:
-            result = runner.run(command, timeout=POLL_TIMEOUT_S)
+        result = await run_on_node(head, command, timeout=wait_s + POLL_GRACE_S,
+                                   connect_deadline=UNREACHABLE_AFTER_S)
     except NodeUnreachableError as exc:
         raise _Unreadable(str(exc)) from exc
+    if result.returncode == UNCHANGED_EXIT:
+        return None
     last = result.tail.splitlines()[-1] if result.tail else ""
     if not result.ok:
         raise _Unreadable(f"exit code {result.returncode}: {last}")
@@ -84,6 +100,11 @@ def _poll_head(request: WatchRequest, offset: int) -> JobPoll:
         return JobPoll.model_validate_json(last)
     except ValidationError as exc:
         raise _Unreadable(f"unexpected answer from the head: {last[:200]}") from exc
+
+
+async def _ask_cloud(request: WatchRequest) -> str | None:
+    """:func:`_cluster_lost` in a thread of its own pool."""
+    return await asyncio.get_running_loop().run_in_executor(_CLOUD_CHECKS, _cluster_lost, request)
 
 
 def _cluster_lost(request: WatchRequest) -> str | None:
@@ -113,40 +134,57 @@ def _append_log(path: Path, offset: int, chunk: bytes) -> None:
         handle.write(chunk)
 
 
-def check_once(request: WatchRequest, progress: WatchProgress, log: Path
-               ) -> tuple[WatchResult | None, bool]:
-    """One poll: (the result if the watch is over, whether to poll again at once)."""
-    now = time.time()
+class Next(Enum):
+    """What the watch does after a poll that did not end it."""
+
+    NOW = "poll again at once"  # more log to copy
+    WAIT = "long-poll"
+    RETRY = "retry after a pause"  # the head could not be read
+
+
+async def check_once(request: WatchRequest, progress: WatchProgress, log: Path,
+                     wait_s: float) -> tuple[WatchResult | None, Next]:
+    """One poll, waiting up to ``wait_s`` on the head for a change: (the result if the
+    watch is over, what to do next)."""
     try:
-        polled = _poll_head(request, progress.log_offset)
-        if polled.record is None:
+        polled = await _poll_head(request, progress.log_offset, wait_s)
+        if polled is not None and polled.record is None:
             raise _Unreadable(f"the head has no job {request.cluster_job_id}")
     except _Unreadable as exc:
-        return _head_unreadable(request, progress, str(exc), now), False
+        return await _head_unreadable(request, progress, str(exc), time.time()), Next.RETRY
+    now = time.time()
+    progress.unreachable_since = None
+    if polled is None:  # the job did not change
+        return await _instance_check(request, progress, now), Next.WAIT
+    assert polled.record is not None
     if polled.chunk_b64:
         _append_log(log, progress.log_offset, polled.chunk)
     progress.log_offset = polled.offset
-    progress.unreachable_since = None
     status = polled.record.status
     if status.is_terminal:
         if not polled.eof:
-            return None, True  # copy the rest of the output first
-        lost = _cluster_lost(request) if status in RESTARTABLE else None
+            return None, Next.NOW  # copy the rest of the output first
+        lost = await _ask_cloud(request) if status in RESTARTABLE else None
         if lost:
             return WatchResult(outcome=WatchOutcome.CLUSTER_LOST,
-                               detail=f"the job ended {status} and {lost}"), False
-        return WatchResult(outcome=WatchOutcome.JOB_ENDED, job_status=status), False
-    if now - progress.last_instance_check >= request.instance_check_s:
-        progress.last_instance_check = now
-        lost = _cluster_lost(request)
-        if lost:
-            return WatchResult(outcome=WatchOutcome.CLUSTER_LOST, detail=lost), False
-    return None, not polled.eof
+                               detail=f"the job ended {status} and {lost}"), Next.NOW
+        return WatchResult(outcome=WatchOutcome.JOB_ENDED, job_status=status), Next.NOW
+    return await _instance_check(request, progress, now), Next.WAIT if polled.eof else Next.NOW
 
 
-def _head_unreadable(request: WatchRequest, progress: WatchProgress, reason: str,
-                     now: float) -> WatchResult | None:
-    lost = _cluster_lost(request)
+async def _instance_check(request: WatchRequest, progress: WatchProgress,
+                          now: float) -> WatchResult | None:
+    """Every ``instance_check_s``, whether the cloud still runs the whole cluster."""
+    if now - progress.last_instance_check < request.instance_check_s:
+        return None
+    progress.last_instance_check = now
+    lost = await _ask_cloud(request)
+    return WatchResult(outcome=WatchOutcome.CLUSTER_LOST, detail=lost) if lost else None
+
+
+async def _head_unreadable(request: WatchRequest, progress: WatchProgress, reason: str,
+                           now: float) -> WatchResult | None:
+    lost = await _ask_cloud(request)
     progress.last_instance_check = now
     if lost:
         return WatchResult(outcome=WatchOutcome.CLUSTER_LOST, detail=f"{lost} ({reason})")
@@ -172,6 +210,10 @@ def _resumed_progress() -> WatchProgress:
     return WatchProgress()
 
 
+def _long_poll_wait(request: WatchRequest) -> float:
+    return request.poll_interval_s * (1 - random.uniform(0, POLL_JITTER))
+
+
 @activity.defn(name=WATCH_JOB)
 async def watch_job(request: WatchRequest) -> WatchResult:
     """Return when the job ended on its cluster or the cluster is lost (see the module)."""
@@ -179,24 +221,29 @@ async def watch_job(request: WatchRequest) -> WatchResult:
     log = attempt_log_path(orch_home(), request.job_id, request.task_index, request.attempt)
     # Resumed on a worker whose copy is shorter (another machine): copy what it lacks.
     progress.log_offset = min(progress.log_offset, log.stat().st_size if log.exists() else 0)
+    timeout = activity.info().heartbeat_timeout
+    # Local calls (the SDK sends one RPC per 0.8 x the timeout at most); not beat_interval's
+    # 5 s cap, which at 2,000 jobs is 400 calls a second for the same RPCs.
+    every = timeout.total_seconds() / HEARTBEATS_PER_TIMEOUT if timeout else 15.0
 
     async def heartbeat() -> None:
         while True:
             activity.heartbeat(progress.model_dump(mode="json"))
-            await asyncio.sleep(HEARTBEAT_EVERY_S)
+            await asyncio.sleep(every)
 
     beating = asyncio.create_task(heartbeat())
-    gap = min(FIRST_POLL_GAP_S, request.poll_interval_s)  # 1, 2, 4... s up to the interval
+    wait_s, gap = 0.0, FIRST_RETRY_GAP_S  # the first poll answers at once
     try:
         while True:
-            result, again = await asyncio.get_running_loop().run_in_executor(
-                _POLLS, check_once, request, progress, log
-            )
+            result, then = await check_once(request, progress, log, wait_s)
             if result is not None:
                 activity.heartbeat(progress.model_dump(mode="json"))
                 return result
-            if not again:
+            wait_s = _long_poll_wait(request) if then is Next.WAIT else 0.0
+            if then is Next.RETRY:
                 await asyncio.sleep(gap)
                 gap = min(gap * 2, request.poll_interval_s)
+            else:
+                gap = FIRST_RETRY_GAP_S
     finally:
         beating.cancel()

@@ -43,10 +43,11 @@ from orch.contracts.runtime import (
     SubmitRequest,
     SyncRequest,
 )
+from orch.runtime.commands import CommandError, NodeUnreachableError
 from orch.runtime.install import ensure_runtime
-from orch.runtime.jobs import SECRETS_ENV, WORKDIR, JobRecord
+from orch.runtime.job_records import SECRETS_ENV, WORKDIR, JobRecord
 from orch.runtime.ray_node import RAY_START_TIMEOUT_S
-from orch.runtime.runner import CommandError, NodeUnreachableError, runner_for
+from orch.runtime.runner import runner_for
 from orch.secret import REDACTED, clear_values
 
 T = TypeVar("T")

@@ -19,7 +19,7 @@ from orch.failover_rules import Candidate
 from orch.lifecycle import Autostop
 from orch.managed_jobs import JobSummary
 from orch.names import check_name
-from orch.runtime.jobs import JobRecord
+from orch.runtime.job_records import JobRecord
 from orch.secret import redacted
 from orch.spec import SpecError, Task
 from orch.spec_overrides import Overrides

@@ -15,7 +15,7 @@ from orch.check import CloudCheck
 from orch.client import ClusterSummary
 from orch.failover_rules import HISTORY_HEADERS, Candidate, FailoverAttempt, history_rows
 from orch.managed_jobs import JobSummary, ManagedJobStatus
-from orch.runtime.jobs import JobRecord
+from orch.runtime.job_records import JobRecord
 from orch.server import ServerState
 from orch.summaries import short
 

@@ -39,7 +39,10 @@ STATE_QUERY = "state"
 CANCEL_SIGNAL = "cancel"
 MEMO_SUMMARY = "summary"
 
-DEFAULT_POLL_S = 30.0  # how often the watch activity reads a job's status on its head
+# The watch's long poll waits on the head up to this long for a change of the job (an end
+# is seen within about a second whatever this is); without a change, one command per job
+# per window: 2,000 jobs make 19 a second (activities/managed_job.py).
+DEFAULT_POLL_S = 120.0
 MAX_EVENTS = 200  # controller events kept in the state: the first ones and the latest
 KEEP_FIRST_EVENTS = 20
 FAILOVER_SAME_REGION_ROUNDS = 3  # FAILOVER: launch rounds in the old region before moving

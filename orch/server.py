@@ -28,6 +28,7 @@ from orch.records import SEARCH_ATTRIBUTES
 from orch.runtime.procfs import alive
 
 START_TIMEOUT_S = 90
+METRICS_PORT_ENV = "ORCH_SERVER_METRICS_PORT"  # serve the dev server's metrics on this port
 
 
 class ControlPlaneError(Exception):
@@ -182,6 +183,8 @@ class ControlPlane:
         ]
         for name, kind in SEARCH_ATTRIBUTES.items():
             args += ["--search-attribute", f"{name}={kind}"]
+        if metrics_port := os.environ.get(METRICS_PORT_ENV):  # Prometheus, e.g. for bench/
+            args += ["--metrics-port", metrics_port]
         deadline = time.monotonic() + START_TIMEOUT_S
         pid = self._spawn_server(args, port, deadline)
         address = f"127.0.0.1:{port}"

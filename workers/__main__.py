@@ -18,6 +18,7 @@ from orch.settings import load_settings
 from orch.spec import SpecError
 from workers.health import MAX_AGE_S, run_check, worker_identity
 from workers.registry import WORKFLOWS, activities
+from workers.watch_takeover import take_over_orphaned_watches
 
 # Blocking activities (cloud SDKs, SSH) run in threads; the managed-job watch is async and
 # holds its slot for a job's whole life, so the slot limit is far above the thread count.
@@ -43,7 +44,9 @@ async def run_worker(settings: TemporalSettings, task_queue: str = TASK_QUEUE) -
         )
         async with worker:
             logging.info("orch worker polling %s on %s", task_queue, settings.address)
+            takeover = asyncio.create_task(take_over_orphaned_watches(client))
             await stop.wait()
+            takeover.cancel()
 
 
 def main() -> None:
@@ -58,6 +61,9 @@ def main() -> None:
                              f"{MAX_AGE_S:.0f})")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    # asyncssh logs every connection and channel at INFO: the managed-job watch opens
+    # thousands (orch.runtime.ssh_async).
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
     try:
         settings = load_settings().temporal_settings()
     except SpecError as err:  # a broken config file: its message, exit 2

@@ -10,6 +10,7 @@ from temporalio.client import Client
 from activities import managed_job, plan, provision, runtime
 from activities.semaphore import SemaphoreActivities
 from activities.storage import PLAIN_STORAGE_ACTIVITIES, StorageActivities
+from orch.clouds import simulated
 from orch.semaphore import SemaphoreSettings
 from orch.settings import load_settings
 from workflows.cluster import ClusterWorkflow
@@ -79,6 +80,20 @@ def storage_activities(client: Client, publish_search_attributes: bool = True
     return StorageActivities(client, publish_search_attributes).activities()
 
 
+def activity_name(fn: Callable[..., Any]) -> str:
+    return str(getattr(fn, "__temporal_activity_definition").name)
+
+
+def with_simulated_cloud(chosen: list[Callable[..., Any]]) -> list[Callable[..., Any]]:
+    """``chosen`` with the simulated cloud's planning and runtime setup in place of orch's
+    (benchmarks only: ``orch.clouds.simulated``)."""
+    from activities.simulated import OVERRIDES
+
+    replaced = {activity_name(fn) for fn in OVERRIDES}
+    return [fn for fn in chosen if activity_name(fn) not in replaced] + OVERRIDES
+
+
 def activities(client: Client) -> list[Callable[..., Any]]:
-    return (PLAIN_ACTIVITIES + client_activities(client, semaphore_settings())
-            + storage_activities(client))
+    chosen = (PLAIN_ACTIVITIES + client_activities(client, semaphore_settings())
+              + storage_activities(client))
+    return with_simulated_cloud(chosen) if simulated.enabled() else chosen

@@ -80,7 +80,7 @@ with workflow.unsafe.imports_passed_through():
         TeardownResult,
         cluster_workflow_id,
     )
-    from orch.runtime.jobs import JobRecord, JobSpec
+    from orch.runtime.job_records import JobRecord, JobSpec
     from orch.spec import Task
     from orch.status import ClusterStatus
     from orch.summaries import (

@@ -105,7 +105,7 @@ with workflow.unsafe.imports_passed_through():
         TeardownInput,
         cluster_workflow_id,
     )
-    from orch.runtime.jobs import JobRecord, JobSpec
+    from orch.runtime.job_records import JobRecord, JobSpec
     from orch.semaphore import LAUNCH_SEMAPHORE_ID
     from orch.spec import Task
     from orch.status import ClusterStatus, JobStatus
@@ -127,14 +127,18 @@ with workflow.unsafe.imports_passed_through():
 
 
 # The watch lasts as long as the job; heartbeats notice a dead worker, and retries (with
-# no limit) resume it from its heartbeat details on another. A minute, not the 20 s of
-# other long calls: every running job heartbeats, and at 2,000 jobs each heartbeat RPC
-# (sent every 0.8 x the timeout) is a cost the server pays all the time.
-WATCH_HEARTBEAT_TIMEOUT = timedelta(minutes=1)
+# no limit) resume it from its heartbeat details on another. Every running job heartbeats
+# (the SDK sends one RPC per 0.8 x the timeout), a steady cost of the server: measured at
+# 2,000 jobs on the embedded dev server (bench/watch_heartbeats.py, README "Performance"),
+# a 15 s timeout costs the server 0.7 core and the worker 0.26, a minute a quarter of
+# that. Five minutes: 8 RPCs a second at 2,000 jobs. A worker restarted on the same host
+# takes its dead predecessor's watches over at once (workers/watch_takeover.py), so only
+# a worker that never comes back makes a job's end wait for this timeout.
+WATCH_HEARTBEAT_TIMEOUT = timedelta(minutes=5)
 WATCH_CALL: dict[str, Any] = {
     "start_to_close_timeout": timedelta(days=365),
     "heartbeat_timeout": WATCH_HEARTBEAT_TIMEOUT,
-    "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=5),
+    "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1),
                                 maximum_interval=timedelta(minutes=1)),
 }
 

@@ -72,8 +72,9 @@ from orch.records import (
     TeardownResult,
     cluster_workflow_id,
 )
-from orch.runtime.jobs import JobRecord
-from orch.runtime.runner import CommandRunner, runner_for
+from orch.runtime.commands import CommandRunner
+from orch.runtime.job_records import JobRecord
+from orch.runtime.runner import runner_for
 from orch.server import ControlPlane
 from orch.settings import load_settings
 from orch.spec import Task

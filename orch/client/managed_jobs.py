@@ -64,7 +64,8 @@ from orch.managed_jobs import (
 )
 from orch.names import check_name
 from orch.records import MANAGED_JOB_WORKFLOW
-from orch.runtime.runner import NodeUnreachableError, runner_for
+from orch.runtime.commands import NodeUnreachableError
+from orch.runtime.runner import runner_for
 from orch.spec import Task
 from orch.summaries import job_summary, pipeline_details
 
@@ -72,6 +73,7 @@ FOLLOW_POLL_S = 1.0
 NO_SUCH_JOB = "NoSuchJob"
 ALLOCATE_ATTEMPTS = 12
 ALLOCATE_RETRY_S = 0.2
+CANCEL_CONCURRENCY = 32  # cancel_all: signals in flight at once
 # What the server answers when the allocator has too many Updates in flight, or aborted
 # one (continue-as-new): worth another try.
 _BUSY = {RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.ABORTED}
@@ -206,8 +208,16 @@ class ManagedJobs:
                              status=(await self.state(job_id)).status)
 
     async def cancel_all(self) -> list[CancelOutcome]:
+        """Cancel every unfinished job, ``CANCEL_CONCURRENCY`` at a time (one by one, two
+        calls each, 2,000 jobs took minutes), in the order of the queue."""
         running = [j.id for j in await self.queue() if not j.status.is_terminal]
-        return [await self.cancel(job_id) for job_id in running]
+        limit = asyncio.Semaphore(CANCEL_CONCURRENCY)
+
+        async def cancel(job_id: int) -> CancelOutcome:
+            async with limit:
+                return await self.cancel(job_id)
+
+        return list(await asyncio.gather(*(cancel(job_id) for job_id in running)))
 
     # -- output ------------------------------------------------------------------------
     async def logs(

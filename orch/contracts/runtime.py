@@ -8,7 +8,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from orch.clouds.base import ClusterInfo, NodeInfo
-from orch.runtime.jobs import JobSpec
+from orch.runtime.job_records import JobSpec
 from orch.secret import Secret
 
 WAIT_FOR_NODES = "wait_for_nodes"

@@ -25,7 +25,7 @@ class WatchRequest(BaseModel):
     name_on_cloud: str = ""  # what the instances are tagged with; "": cluster_name
     num_nodes: int
     cluster_job_id: int  # the job's id on its cluster
-    poll_interval_s: float = DEFAULT_POLL_S
+    poll_interval_s: float = DEFAULT_POLL_S  # the longest a long poll waits on the head
     instance_check_s: float = 300.0  # cloud API calls: rare (a failed job or head checks too)
     unreachable_limit_s: float = 300.0
 

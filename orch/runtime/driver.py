@@ -23,7 +23,7 @@ from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from orch.runtime import jobs
-from orch.runtime.jobs import JobSpec
+from orch.runtime.job_records import JobSpec
 from orch.secret import clear_values
 from orch.status import JobStatus
 

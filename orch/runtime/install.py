@@ -51,7 +51,7 @@ from pydantic import BaseModel, Field
 
 from orch.clouds.base import NodeInfo
 from orch.clouds.errors import SetupError
-from orch.runtime.runner import CommandResult, CommandRunner
+from orch.runtime.commands import CommandResult, CommandRunner
 from orch.runtime.wheel import DISTRIBUTION, OrchWheel, orch_wheel
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""The job table on a cluster's head node, and its command line.
+"""The job table on a cluster's head node, and its command line (the records it keeps are
+``orch.runtime.job_records``).
 
 Run on the head through a command runner (``python -m orch.runtime.jobs ...``). Each job
 is a directory ``~/.orch-node/jobs/<id>/`` holding ``job.json`` (its record), ``spec.json``
@@ -18,6 +19,7 @@ import base64
 import fcntl
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -26,75 +28,26 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field
-
+from orch.runtime.job_records import SECRETS_ENV, JobPoll, JobRecord, JobSpec
 from orch.runtime.procfs import alive
-from orch.secret import Secret, reveal_context
+from orch.secret import reveal_context
 from orch.status import JobStatus
 
-if TYPE_CHECKING:  # not imported on the nodes, which only read specs
-    from orch.clouds.base import ClusterInfo
-    from orch.spec import Task
-
-JOBS_DIR = Path("~/.orch-node/jobs").expanduser()
-WORKDIR = "~/sky_workdir"  # SkyPilot's name, so tasks written for it find their files
-DEFAULT_CPUS_PER_NODE = 0.5  # a job's bundle on each node when the task names no CPUs
+JOBS_PATH = ".orch-node/jobs"  # under the login user's home
+JOBS_DIR = Path("~", JOBS_PATH).expanduser()
 FOLLOW_POLL_S = 0.2
-SECRETS_ENV = "ORCH_JOB_SECRETS"
+# Touched by every poll before it reads, and set this far in the past: a write in the same
+# clock tick as the touch still counts as newer, so ``wait_then_poll`` never sleeps on it.
+POLLED_MARK = ".polled"
+POLLED_SLACK_NS = 20_000_000
+WATCHER_GONE = 0  # wait_then_poll's exit code when its stdin closed (nobody reads the answer)
 
 
-class JobSpec(BaseModel):
-    """What the driver runs; written by the submit activity, read on the head."""
-
-    id: int
-    name: str | None = None
-    run: str
-    envs: dict[str, str] = Field(default_factory=dict)
-    secrets: dict[str, Secret] = Field(default_factory=dict)  # over envs; see the docstring
-    num_nodes: int = 1
-    cluster_ips: list[str]  # every node of the cluster, head first: ranks follow this order
-    cluster_name: str
-    cpus_per_node: float = DEFAULT_CPUS_PER_NODE
-    workdir: str | None = None  # on every node, e.g. ~/sky_workdir
-    gcs_address: str
-
-    @classmethod
-    def for_task(cls, task: Task, job_id: int, cluster_name: str, info: ClusterInfo,
-                 gcs_address: str, extra_envs: dict[str, str] | None = None) -> JobSpec:
-        """Job ``job_id``: ``task``'s run command on the cluster ``info`` describes, in
-        the synced workdir, with the task's envs (and ``extra_envs`` over them)."""
-        return cls(
-            id=job_id, name=task.name, run=task.run or "",
-            envs={**task.envs, **(extra_envs or {})}, secrets=task.secrets,
-            num_nodes=task.num_nodes,
-            cluster_ips=[node.internal_ip for node in info.nodes], cluster_name=cluster_name,
-            cpus_per_node=task.resources.min_cpus() or DEFAULT_CPUS_PER_NODE,
-            workdir=WORKDIR, gcs_address=gcs_address,
-        )
-
-
-class JobRecord(BaseModel):
-    id: int
-    name: str | None = None
-    status: JobStatus
-    submitted_at: datetime
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    driver_pid: int | None = None
-    message: str | None = None
-
-    @property
-    def duration_s(self) -> float | None:
-        if not self.started_at:
-            return None
-        end = self.ended_at or datetime.now(UTC)
-        return round((end - self.started_at).total_seconds(), 1)
-
-
-def job_dir(job_id: int) -> Path:
-    return JOBS_DIR / str(job_id)
+def job_dir(job_id: int, root: Path = JOBS_DIR) -> Path:
+    """Job ``job_id``'s directory in the table at ``root`` (this node's by default; another
+    root is a simulated head's table, see ``orch.clouds.simulated_node``)."""
+    return root / str(job_id)
 
 
 def now() -> datetime:
@@ -102,38 +55,38 @@ def now() -> datetime:
 
 
 @contextmanager
-def locked(job_id: int) -> Iterator[Path]:
+def locked(job_id: int, root: Path = JOBS_DIR) -> Iterator[Path]:
     """Serialise writers of one job's record (driver, cancel, status refresh)."""
-    directory = job_dir(job_id)
+    directory = job_dir(job_id, root)
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".lock", "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield directory
 
 
-def read(job_id: int) -> JobRecord | None:
-    path = job_dir(job_id) / "job.json"
+def read(job_id: int, root: Path = JOBS_DIR) -> JobRecord | None:
+    path = job_dir(job_id, root) / "job.json"
     try:
         return JobRecord.model_validate_json(path.read_text())
     except FileNotFoundError:
         return None
 
 
-def write(record: JobRecord) -> None:
-    path = job_dir(record.id) / "job.json"
+def write(record: JobRecord, root: Path = JOBS_DIR) -> None:
+    path = job_dir(record.id, root) / "job.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(record.model_dump_json())
     tmp.replace(path)
 
 
-def update(job_id: int, **changes: object) -> JobRecord | None:
+def update(job_id: int, *, root: Path = JOBS_DIR, **changes: object) -> JobRecord | None:
     """Change a job unless it has already ended (an end is never overwritten)."""
-    with locked(job_id):
-        record = read(job_id)
+    with locked(job_id, root):
+        record = read(job_id, root)
         if record is None or record.status.is_terminal:
             return record
         record = record.model_copy(update=changes)
-        write(record)
+        write(record, root)
         return record
 
 
@@ -248,25 +201,14 @@ def follow(job_id: int, follow_until_end: bool) -> JobRecord | None:
         time.sleep(FOLLOW_POLL_S)
 
 
-class JobPoll(BaseModel):
-    """One read of a job for a watcher: its record and the next piece of its log."""
-
-    record: JobRecord | None
-    offset: int  # where the next read starts (bytes into run.log)
-    chunk_b64: str = ""  # the log bytes read, base64 (exact bytes, whatever the encoding)
-    eof: bool = True  # the chunk reaches the end of what the log holds now
-
-    @property
-    def chunk(self) -> bytes:
-        return base64.b64decode(self.chunk_b64)
-
-
 POLL_MAX_BYTES = 1 << 20
 
 
 def poll(job_id: int, offset: int, max_bytes: int = POLL_MAX_BYTES) -> JobPoll:
     """The job's record, then its log from ``offset``: read in this order, a log read
-    after a terminal record is complete."""
+    after a terminal record is complete. Marks the job polled first (see
+    :func:`wait_then_poll_command`)."""
+    _mark_polled(job_id)
     record = read(job_id)
     if record is not None:
         record = refreshed(record)
@@ -280,6 +222,49 @@ def poll(job_id: int, offset: int, max_bytes: int = POLL_MAX_BYTES) -> JobPoll:
     end = offset + len(chunk)
     return JobPoll(record=record, offset=end, chunk_b64=base64.b64encode(chunk).decode(),
                    eof=end >= size)
+
+
+def _mark_polled(job_id: int) -> None:
+    mark = job_dir(job_id) / POLLED_MARK
+    if not mark.parent.is_dir():
+        return
+    mark.touch()
+    stamp = time.time_ns() - POLLED_SLACK_NS
+    os.utime(mark, ns=(stamp, stamp))
+
+
+# Waits in bash, with builtins only (no process per second, a few hundred kB per waiting
+# job), until the job's record or log is newer than its last poll, or its driver process is
+# gone, for at most ``wait`` seconds; then runs the poll, or exits UNCHANGED_EXIT when
+# nothing changed. ``read -t 1`` on the session's stdin is the sleep: it ends early at EOF,
+# when the watcher closed the channel or lost the connection, and the wait ends with it.
+_WAIT = """\
+d="$HOME"/{jobs}/{job_id}
+if [ -e "$d/{mark}" ]; then
+  for ((i = 0; i < {wait}; i++)); do
+    [[ "$d/job.json" -nt "$d/{mark}" || "$d/run.log" -nt "$d/{mark}" ]] && break
+    read -r record < "$d/job.json" 2>/dev/null
+    [[ $record =~ \\"driver_pid\\":([0-9]+) && ! -d /proc/${{BASH_REMATCH[1]}} ]] && break
+    read -r -t 1 _
+    (( $? > 128 )) || exit {gone}
+  done
+  (( i < {wait} )) || exit {unchanged}
+fi
+"""
+UNCHANGED_EXIT = 3  # wait_then_poll_command: nothing changed while it waited
+
+
+def wait_then_poll_command(python: str, job_id: int, offset: int, wait_s: int) -> str:
+    """The head command of the managed-job watch's long poll: as soon as job ``job_id``
+    changed (its record or its log, or its driver died) since its last poll, print
+    :func:`poll` from ``offset`` as one JSON line; after ``wait_s`` seconds without a
+    change, exit :data:`UNCHANGED_EXIT` having printed nothing. Its stdin must stay open
+    while it waits: closing it ends the command. With ``wait_s`` 0, and for the first poll
+    of a job, it polls at once."""
+    wait = _WAIT.format(jobs=JOBS_PATH, job_id=job_id, mark=POLLED_MARK, wait=int(wait_s),
+                        gone=WATCHER_GONE, unchanged=UNCHANGED_EXIT) if wait_s >= 1 else ""
+    poll_now = f"exec {shlex.quote(python)} -m orch.runtime.jobs poll {job_id} --offset {offset}"
+    return f"bash -c {shlex.quote(wait + poll_now)}"
 
 
 def _print_json(value: object) -> None:

@@ -1,8 +1,6 @@
-"""Command runners: how orch reaches a node, over SSH or as a local process.
-
-A remote path is absolute, or relative to the node's home (``~/x`` and ``x`` are the
-same). Output is streamed line by line to ``on_line`` when given; the result keeps the
-last lines so errors can quote them.
+"""Running commands on a node: the local-cloud runner, and :func:`runner_for`, which picks
+the runner a node needs (``LocalRunner`` here, ``orch.runtime.ssh.SSHRunner``). The
+interface both implement is ``orch.runtime.commands``.
 """
 
 from __future__ import annotations
@@ -12,86 +10,23 @@ import shutil
 import signal
 import subprocess
 import threading
-from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from orch.clouds.base import NodeInfo
-
-TAIL_LINES = 40
+from orch.runtime.commands import (
+    TAIL_LINES,
+    CommandResult,
+    CommandRunner,
+    NodeUnreachableError,
+    collect_lines,
+)
 
 # Every process a local node starts carries this variable, so that the node's processes
 # (Ray's daemons, the job driver, the user's commands) can be found and killed without
 # touching anything else on the machine.
 LOCAL_NODE_MARKER = "ORCH_LOCAL_NODE"
-
-
-class CommandResult(BaseModel):
-    returncode: int
-    tail: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-
-class CommandError(Exception):
-    def __init__(self, command: str, result: CommandResult):
-        super().__init__(f"command failed with exit code {result.returncode}: {command}\n"
-                         f"{result.tail}")
-        self.result = result
-
-
-class NodeUnreachableError(Exception):
-    """The node cannot be reached (no such host, SSH refused, sandbox gone)."""
-
-
-class CommandRunner(ABC):
-    node: NodeInfo
-
-    @abstractmethod
-    def run(
-        self,
-        command: str,
-        *,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        on_line: Callable[[str], None] | None = None,
-        timeout: float | None = None,
-    ) -> CommandResult:
-        """Run ``command`` with bash on the node."""
-
-    @abstractmethod
-    def upload(self, local: str, remote: str) -> None:
-        """Copy a file or a directory tree (contents merged) to the node."""
-
-    def close(self) -> None:  # noqa: B027 - optional for runners without connections
-        """Release connections."""
-
-    def check(self, command: str, **kwargs) -> CommandResult:
-        result = self.run(command, **kwargs)
-        if not result.ok:
-            raise CommandError(command, result)
-        return result
-
-    def __enter__(self) -> CommandRunner:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def collect_lines(
-    stream, on_line: Callable[[str], None] | None, tail: deque[str]
-) -> None:
-    for raw in iter(stream.readline, b""):
-        line = raw.decode(errors="replace").rstrip("\n")
-        tail.append(line)
-        if on_line:
-            on_line(line)
 
 
 class LocalRunner(CommandRunner):

@@ -49,7 +49,10 @@ def keygen(path: Path) -> Path:
 class Sshd:
     """One sshd on 127.0.0.1:``port`` with its own host key, accepting ``client_key``."""
 
-    def __init__(self, directory: Path, client_public_key: Path, port: int | None = None):
+    def __init__(self, directory: Path, client_public_key: Path, port: int | None = None,
+                 *, listen: str = "127.0.0.1", extra_config: str = ""):
+        """``listen`` and ``extra_config`` (sshd_config lines) are for the simulated cloud
+        (bench/sim_cloud.py), which serves every 127.x address from one sshd."""
         self.directory = directory
         self.port = port or free_port()
         directory.mkdir(parents=True, exist_ok=True)
@@ -59,7 +62,7 @@ class Sshd:
         self.config = directory / "sshd_config"
         self.config.write_text(
             f"Port {self.port}\n"
-            "ListenAddress 127.0.0.1\n"
+            f"ListenAddress {listen}\n"
             f"HostKey {self.host_key}\n"
             f"PidFile {directory / 'sshd.pid'}\n"
             f"AuthorizedKeysFile {authorized}\n"
@@ -71,6 +74,7 @@ class Sshd:
             "PermitRootLogin prohibit-password\n"
             "Subsystem sftp internal-sftp\n"
             "LogLevel ERROR\n"
+            + extra_config
         )
         self.log = directory / "sshd.log"
         self.process: subprocess.Popen[bytes] | None = None

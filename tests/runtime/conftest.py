@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orch.clouds.base import NodeInfo
-from orch.runtime.ssh import POOL
+from orch.runtime.ssh_connect import POOL
 from tests.fakes.sshd import Sshd, keygen, unavailable_reason
 
 

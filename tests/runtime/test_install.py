@@ -24,6 +24,7 @@ from packaging.requirements import Requirement
 from orch.clouds.base import NodeInfo
 from orch.clouds.errors import SetupError
 from orch.runtime import wheel as wheel_module
+from orch.runtime.commands import CommandResult
 from orch.runtime.install import (
     NodeState,
     RuntimeRecord,
@@ -33,7 +34,7 @@ from orch.runtime.install import (
     ray_requirement,
     trusted,
 )
-from orch.runtime.runner import CommandResult, LocalRunner
+from orch.runtime.runner import LocalRunner
 from orch.runtime.wheel import content_digest, orch_wheel
 from tests.fakes.twin_hosts import Image
 

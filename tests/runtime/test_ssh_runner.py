@@ -20,15 +20,14 @@ import paramiko
 import pytest
 
 from orch.clouds.base import NodeInfo
-from orch.runtime.runner import NodeUnreachableError
-from orch.runtime.ssh import (
-    POOL,
+from orch.runtime.commands import NodeUnreachableError
+from orch.runtime.ssh import SSHRunner, wait_for_ssh
+from orch.runtime.ssh_connect import POOL
+from orch.runtime.ssh_host_keys import (
     HostKeyChangedError,
-    SSHRunner,
-    _TrustOnFirstUse,
+    TrustOnFirstUse,
     forget_host_key,
     known_hosts_path,
-    wait_for_ssh,
 )
 from tests.fakes.sshd import Sshd, free_port, keygen
 
@@ -313,7 +312,7 @@ def test_a_dead_pooled_connection_is_replaced(sshd: Sshd, ssh_node: NodeFor):
 def test_connecting_retries_until_sshd_listens(
     sshd_factory: Callable[..., Sshd], ssh_node: NodeFor, caplog: pytest.LogCaptureFixture
 ):
-    caplog.set_level(logging.DEBUG, logger="orch.runtime.ssh")
+    caplog.set_level(logging.DEBUG, logger="orch.runtime.ssh_connect")
     server = sshd_factory()
     starter = threading.Timer(1.0, server.start)
     starter.start()
@@ -374,7 +373,7 @@ def test_first_use_rechecks_keys_recorded_meanwhile_by_another_process(
     line = f"[10.0.0.7]:2222 {theirs.get_name()} {theirs.get_base64()}\n"
     known_hosts_path().parent.mkdir(parents=True)
     known_hosts_path().write_text(line)
-    policy = _TrustOnFirstUse()
+    policy = TrustOnFirstUse()
     with pytest.raises(HostKeyChangedError, match="changed"):
         policy.missing_host_key(paramiko.SSHClient(), "[10.0.0.7]:2222", ours)
     policy.missing_host_key(paramiko.SSHClient(), "[10.0.0.7]:2222", theirs)

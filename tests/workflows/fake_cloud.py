@@ -36,7 +36,7 @@ from orch.contracts.runtime import (
 )
 from orch.failover_rules import Candidate
 from orch.records import ClusterInput
-from orch.runtime.jobs import JobRecord, JobSpec
+from orch.runtime.job_records import JobRecord, JobSpec
 from orch.semaphore import LAUNCH_SEMAPHORE_ID, SemaphoreSettings
 from orch.status import JobStatus
 from workers.registry import WORKFLOWS, client_activities

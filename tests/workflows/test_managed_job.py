@@ -73,7 +73,7 @@ from orch.managed_jobs import (
     recovery_plan,
 )
 from orch.records import Placement
-from orch.runtime.jobs import JobRecord
+from orch.runtime.job_records import JobRecord
 from orch.semaphore import (
     LAUNCH_SEMAPHORE_ID,
     PERMITS_QUERY,

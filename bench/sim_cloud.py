@@ -1,0 +1,137 @@
+"""What the benchmarks on the simulated cloud share: the cloud itself (its directory, its
+one sshd serving every node, see ``orch.clouds.simulated``), an embedded control plane
+(dev server + ``python -m workers``) whose worker uses it, and CPU figures of processes.
+
+Needs root and OpenSSH's sshd (``tests/fakes/sshd.py`` says what is missing).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from orch.clouds.simulated import ENV, SimConfig, SimRegion, SimulatedProvider, SimZone
+from orch.clouds.simulated_node import end_job, write_head_files
+from orch.server import ControlPlane, ServerState
+from orch.status import JobStatus
+from tests.fakes.sshd import Sshd, keygen, unavailable_reason
+
+# sshd takes at most this many connections being set up at once (the default 10:30:100
+# refuses a ramp of watches reconnecting together).
+MAX_STARTUPS = "200:30:400"
+
+
+def regions(count: int, zones: int = 1, capacity: int = 100_000) -> dict[str, SimRegion]:
+    """``count`` regions ``sim-<i>`` of ``zones`` zones ``sim-<i><letter>`` each."""
+    return {
+        f"sim-{r}": SimRegion(zones={f"sim-{r}{chr(97 + z)}": SimZone(capacity=capacity)
+                                     for z in range(zones)})
+        for r in range(count)
+    }
+
+
+class SimCloud:
+    """One simulated cloud under ``directory``; enabled for this process and the
+    processes it starts (``ORCH_SIMULATED_CLOUD``) while entered."""
+
+    def __init__(self, directory: Path, regions: dict[str, SimRegion], *,
+                 latency_s: dict[str, float] | None = None, boot_s: float = 0.0) -> None:
+        if reason := unavailable_reason():
+            raise SystemExit(f"the simulated cloud needs a local sshd: {reason}")
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        key = keygen(directory / "id_ed25519")
+        shell, python = write_head_files(directory)
+        user = getpass.getuser()
+        self.sshd = Sshd(directory / "sshd", key.with_suffix(".pub"), listen="0.0.0.0",
+                         extra_config=(f"AllowUsers {user}@127.0.0.0/8\n"
+                                       f"ForceCommand {shell}\n"
+                                       f"MaxStartups {MAX_STARTUPS}\n"))
+        self.config = SimConfig(regions=regions, latency_s=latency_s or {}, boot_s=boot_s,
+                                ssh_port=self.sshd.port, ssh_user=user,
+                                ssh_key_path=str(key), python=str(python))
+        self.configure(regions)
+
+    def configure(self, regions: dict[str, SimRegion]) -> None:
+        """Change the regions (capacities, quotas); every later call sees the change."""
+        self.config = self.config.model_copy(update={"regions": regions})
+        partial = self.directory / "config.json.new"
+        partial.write_text(self.config.model_dump_json())
+        partial.replace(self.directory / "config.json")
+
+    def __enter__(self) -> SimCloud:
+        self.sshd.start()
+        os.environ[ENV] = str(self.directory)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.environ.pop(ENV, None)
+        self.sshd.stop()
+
+    def provider(self) -> SimulatedProvider:
+        return SimulatedProvider(self.directory)
+
+    def end_jobs(self, status: JobStatus = JobStatus.SUCCEEDED, job_id: int = 1) -> int:
+        """End job ``job_id`` on every cluster's head; returns how many ended."""
+        provider = self.provider()
+        ended = 0
+        for _, _, ip in provider.clusters():
+            record = end_job(provider.node_home(ip), job_id, status)
+            ended += record is not None and record.status == status
+        return ended
+
+
+@contextmanager
+def control_plane(home: Path, **env: str) -> Iterator[ServerState]:
+    """The embedded control plane of ``home`` (dev server + worker), with ``env`` (e.g.
+    ``ORCH_LAUNCH_PERMITS``) in the environment it starts with; stopped at the end."""
+    os.environ.update(ORCH_HOME=str(home), **env)
+    plane = ControlPlane(home)
+    try:
+        yield plane.ensure()
+    finally:
+        plane.stop()
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM ends the benchmark as Ctrl-C does: its control plane, sshd and temporary
+    directories are cleaned up (Python's default would leave them running)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+class CpuWindow:
+    """CPU seconds of some processes over a window of wall time."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.started = time.monotonic()
+        self.start = {name: cpu_seconds(pid) for name, pid in pids.items()}
+
+    def fractions(self) -> dict[str, float]:
+        """Each process's CPU over the window, as a fraction of one core."""
+        wall = time.monotonic() - self.started
+        return {name: (cpu_seconds(pid) - self.start[name]) / wall
+                for name, pid in self.pids.items()}

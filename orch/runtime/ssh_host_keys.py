@@ -1,0 +1,106 @@
+"""SSH host keys: trust on first use, shared by every SSH client orch runs.
+
+Host keys. The first key a host shows is recorded in ``$ORCH_HOME/known_hosts``
+(OpenSSH format, ``[host]:port`` for ports other than 22) and every later connection must
+show the same key, else ``HostKeyChangedError``. Clouds reuse IP addresses, so whoever
+terminates a node should ``forget_host_key(node)``.
+
+Both SSH clients check keys here: the paramiko runner (``orch.runtime.ssh``) through
+:class:`TrustOnFirstUse`, the managed-job watch's asyncssh connections
+(``orch.runtime.ssh_async``) through :func:`check_host_key`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import paramiko
+
+from orch.clouds.base import NodeInfo
+from orch.config import orch_home
+
+log = logging.getLogger(__name__)
+
+
+class HostKeyChangedError(Exception):
+    """The host shows a different key from the one recorded on first contact."""
+
+
+def known_hosts_path() -> Path:
+    return orch_home() / "known_hosts"
+
+
+def host_key_name(node: NodeInfo) -> str:
+    """How OpenSSH (and paramiko) name a host in known_hosts."""
+    return node.address if node.ssh_port == 22 else f"[{node.address}]:{node.ssh_port}"
+
+
+@contextmanager
+def _known_hosts_locked() -> Iterator[Path]:
+    """The known_hosts file, locked against other processes that record keys."""
+    path = known_hosts_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield path
+
+
+def load_known_hosts(path: Path | None = None) -> paramiko.HostKeys:
+    path = path or known_hosts_path()
+    keys = paramiko.HostKeys()
+    if path.exists():
+        keys.load(str(path))
+    return keys
+
+
+def changed_key_error(hostname: str, shown: paramiko.PKey) -> HostKeyChangedError:
+    return HostKeyChangedError(
+        f"host key for {hostname} changed: it now shows {shown.get_name()} "
+        f"{shown.fingerprint}, which is not the key recorded in {known_hosts_path()}. "
+        "Refusing to connect. If the machine was legitimately replaced, remove its line "
+        "from that file (orch.runtime.ssh_host_keys.forget_host_key)."
+    )
+
+
+def check_host_key(hostname: str, key: paramiko.PKey) -> None:
+    """Accept ``key`` for ``hostname`` if it is the recorded one, record it if none is,
+    raise :class:`HostKeyChangedError` otherwise."""
+    with _known_hosts_locked() as path:
+        # Another process may have recorded this host since the caller read the file.
+        recorded = load_known_hosts(path).lookup(hostname)
+        if recorded is not None:
+            if recorded.get(key.get_name()) == key:
+                return
+            raise changed_key_error(hostname, key)
+        with open(path, "a") as known_hosts:
+            known_hosts.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+    log.info("recorded host key %s %s for %s", key.get_name(), key.fingerprint, hostname)
+
+
+class TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
+    """Records a host's first key; paramiko itself compares keys on later connections."""
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        check_host_key(hostname, key)
+
+
+def forget_host_key(node: NodeInfo) -> None:
+    """Drop the recorded key of ``node``'s address, e.g. when the node is terminated and its
+    IP address may go to another machine."""
+    hostname = host_key_name(node)
+    with _known_hosts_locked() as path:
+        keys = load_known_hosts(path)
+        if keys.lookup(hostname) is None:
+            return
+        del keys[hostname]
+        # Rewritten whole and renamed into place: connecting processes read it unlocked.
+        partial = path.with_name(path.name + ".new")
+        keys.save(str(partial))
+        os.replace(partial, path)
