@@ -19,6 +19,8 @@ moto keeps EC2's records but runs nothing. The twin gives each running instance 
   links), orch's excepted: an image with Ray preinstalled, and no orch.
 * cloud-init: the public key of the instance's key pair (as moto recorded it) goes to the
   login user's ``~/.ssh/authorized_keys``.
+* Stop and start: a stopped instance's machine powers off and keeps its files; when the
+  instance runs again the machine boots from them (with an empty ``/tmp``).
 
 :class:`TwinWatcher` polls moto and keeps one :class:`TwinHost` per running instance of a
 cluster. moto gives every run the same private IPs, so one twin runs on a machine at a
@@ -301,11 +303,21 @@ class TwinHost:
             return ""
         inside = self.root / "tmp" / packages.relative_to("/tmp")
         return f"mkdir -p {inside}\nmount --bind {packages} {inside}\n"
+    def _reboot(self) -> None:
+        """A stopped instance that starts again keeps its disk (its home, host keys and
+        users, as an EBS root volume does); only ``/tmp`` is emptied, as a boot does."""
+        shutil.rmtree(self.root / "tmp")
+        (self.root / "tmp").mkdir()
+        os.chmod(self.root / "tmp", 0o1777)
+
     def start(self) -> None:
         if ipaddress.ip_address(self.ip) not in VPC_NETWORK:
             raise ValueError(f"{self.instance_id} has {self.ip}, outside {VPC_NETWORK}: "
                              "the twin only hosts addresses of moto's default VPC")
-        self._prepare()
+        if self.root.exists():
+            self._reboot()
+        else:
+            self._prepare()
         _run("ip", "netns", "add", self.netns)
         self.switch.plug(self.netns, self.ip)
         boot = _BOOT.format(root=self.root, user=self.user, sshd=SSHD,
