@@ -1,10 +1,19 @@
-"""A chaos campaign: ``python -m tests.chaos.run --seed 12 --runs 20 [--lanes K]``.
+"""A chaos campaign: ``python -m tests.chaos.run --seed 12 --runs 100 [--lanes K]``.
 
-Starts an embedded control plane in a throwaway ORCH_HOME (``--lanes K``: K of them, each
-in its own home, taking the runs in turn), tells ``--runs`` seeded chaos runs on it (see
-:mod:`tests.chaos.harness`), prints a table per run and a summary, stops the control
-plane, and exits 1 if any check failed. The home is kept (and named) when a
-run failed, for its logs (``server/worker.log``, ``server/temporal.log``).
+Each run is drawn from its seed and index (:mod:`tests.chaos.plans`) and told on its cloud
+(:mod:`tests.chaos.harness`). Runs on the local cloud are dealt round-robin to ``--lanes``
+control planes side by side, each in its own ORCH_HOME; runs on AWS go to one more lane
+with moto, the fault front and the twin (one twin per machine), or are skipped, with the
+reason, where the twin cannot run.
+
+Restartable: every finished run is appended to ``<out>/results.jsonl`` (``--out``,
+default ``$TMPDIR/orch-chaos-seed-<S>``); the same command run again first stops what an
+interrupted campaign left running in ``<out>/lanes/``, then tells only the runs not yet
+recorded, and prints the table of them all. A lane whose run failed keeps that run's
+ORCH_HOME (its ``server/worker.log``, ``server/temporal.log``) and goes on in a new one;
+the workflow histories of a failed run go to ``<out>/lanes/<lane>/evidence/<run>/``.
+Prints a row per run, a table per story, the summary, and last the summary as one JSON
+line; exits 1 if any run failed.
 """
 
 from __future__ import annotations
@@ -14,126 +23,153 @@ import math
 import shutil
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
-from tests.chaos.harness import Result, plan, run_once
-from tests.e2e.conftest import Orch
+from tests.chaos.aws_world import AwsWorld
+from tests.chaos.harness import Result, run_once
+from tests.chaos.lanes import Journal, Lane, retire_all
+from tests.chaos.local_world import LocalWorld
+from tests.chaos.plans import plan
+from tests.chaos.report import (
+    runs_table,
+    stories_table,
+    summary_line,
+    summary_table,
+    verdict,
+)
 
 SLOW_RESUME_S = 60.0  # a run slower than this to resume shows its story's evidence
 
 
-def campaign(seed: int, runs: Iterable[int], home: Path, console: Console | None = None,
-             budget_s: float = math.inf) -> list[Result]:
-    """Every run in ``runs`` on one control plane in ``home`` (none started once
-    ``budget_s`` has passed); the control plane stopped after."""
-    cli = Orch(home)
-    results: list[Result] = []
-    deadline = time.monotonic() + budget_s
+def _say(console: Console | None, result: Result) -> None:
+    if console is None:
+        return
+    console.print(f"  run {result.plan.run}: {verdict(result)} ({result.took_s} s)")
+    if result.evidence and not (result.ok and (result.resume_s or 0) < SLOW_RESUME_S):
+        console.print(f"  killed at {result.killed_at} UTC; the story's record:")
+        console.print(result.evidence, markup=False, highlight=False)
+
+
+def campaign(seed: int, runs: list[int], lane: Lane, record: Callable[[Result], None],
+             console: Console | None = None, deadline: float = math.inf,
+             stopping: threading.Event | None = None) -> None:
+    """Every run in ``runs`` on ``lane``, none started after ``deadline`` (monotonic) or once
+    ``stopping`` is set; each result passed to ``record`` as it ends."""
+    cli = lane.fresh_home()
     try:
         for run in runs:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or (stopping and stopping.is_set()):
                 break
             chosen = plan(seed, run)
             if console:
-                console.print(f"run {run}: {chosen.story} ({chosen.num_nodes} nodes), kill at "
-                              f"{chosen.kill_at_s} s{', server too' if chosen.kill_server else ''}")
-            results.append(run_once(cli, chosen))
-            if console:
-                console.print(f"  run {run}: {_verdict(results[-1])}")
-                if results[-1].evidence and not (results[-1].ok and (results[-1].resume_s or 0)
-                                                 < SLOW_RESUME_S):
-                    console.print(f"  killed at {results[-1].killed_at} UTC; the story's record:")
-                    console.print(results[-1].evidence, markup=False, highlight=False)
+                console.print(f"run {run} ({lane.name}): {chosen.story} ({chosen.num_nodes} "
+                              f"nodes), kill {chosen.kill} at {chosen.kill_at_s} s, down "
+                              f"{chosen.outage_s} s", highlight=False)
+            result = run_once(cli, lane.world, chosen, lane.root / "evidence")
+            record(result)
+            _say(console, result)
+            if not result.ok:  # keep its home for the logs; go on in a clean one
+                lane.retire(cli)
+                cli = lane.fresh_home()
     finally:
-        cli("server", "stop", check=False)
-    return results
+        lane.retire(cli)
 
 
-def _verdict(result: Result) -> str:
-    if result.ok:
-        return "ok"
-    problems = [("harness error: " + result.error) if result.error else "",
-                ("stuck: " + result.stuck) if result.stuck else "",
-                ("wrong: " + result.wrong) if result.wrong else "",
-                ("leaked: " + ", ".join(result.leaked)) if result.leaked else "",
-                ("duplicates: " + ", ".join(result.duplicates)) if result.duplicates else ""]
-    return "; ".join(p for p in problems if p)
+def _skipped(seed: int, runs: list[int], reason: str) -> list[Result]:
+    return [Result(plan(seed, run), skipped=reason) for run in runs]
 
 
-def runs_table(results: list[Result]) -> Table:
-    table = Table(title="chaos runs")
-    for column in ("run", "story", "nodes", "kill at s", "during", "server", "restart s",
-                   "resume s", "retried", "verdict"):
-        table.add_column(column)
-    for r in results:
-        table.add_row(str(r.plan.run), r.plan.story, str(r.plan.num_nodes), str(r.plan.kill_at_s),
-                      r.killed_during or "(after)", "killed" if r.plan.kill_server else "",
-                      str(r.restart_s), "-" if r.resume_s is None else str(r.resume_s),
-                      ", ".join(r.retried), _verdict(r))
-    return table
-
-
-def summary_table(seed: int, results: list[Result]) -> Table:
-    resumed = [r.resume_s for r in results if r.resume_s is not None]
-    table = Table(title=f"chaos summary, seed {seed}")
-    cells = {
-        "runs": len(results),
-        "kills": len(results) + sum(r.plan.kill_server for r in results),
-        "server restarts": sum(r.plan.kill_server for r in results),
-        "leaked": sum(len(r.leaked) for r in results),
-        "duplicates": sum(len(r.duplicates) for r in results),
-        "stuck": sum(bool(r.stuck) for r in results),
-        "wrong statuses": sum(bool(r.wrong) for r in results),
-        "harness errors": sum(bool(r.error) for r in results),
-        "slowest resume s": max(resumed) if resumed else "-",
-    }
-    for column in cells:
-        table.add_column(column)
-    table.add_row(*(str(value) for value in cells.values()))
-    return table
-
-
-def lanes(seed: int, runs: list[int], homes: list[Path], console: Console,
-          budget_s: float) -> list[Result]:
-    """The runs dealt round-robin to one control plane per home, run side by side."""
-    for home in homes:  # one at a time: two servers starting at once could race for a port
-        Orch(home)("server", "start")
-    with ThreadPoolExecutor(len(homes)) as pool:
-        shares = pool.map(lambda lane: campaign(seed, runs[lane::len(homes)], homes[lane],
-                                                console, budget_s), range(len(homes)))
-        return sorted((r for share in shares for r in share), key=lambda r: r.plan.run)
+def run_campaign(seed: int, runs: list[int], out: Path, local_lanes: int = 1,
+                 console: Console | None = None, budget_s: float = math.inf,
+                 aws: AwsWorld | None = None) -> list[Result]:
+    """Tell the ``runs`` of ``seed`` not yet recorded in ``out``; every result of them.
+    ``aws``: the AWS world to use (one is made when AWS runs need it and the twin can run)."""
+    journal = Journal(out / "results.jsonl", seed)
+    retire_all(out / "lanes")
+    todo = [run for run in runs if run not in journal.results]
+    on_aws = [run for run in todo if plan(seed, run).cloud == "aws"]
+    on_local = [run for run in todo if run not in on_aws]
+    skipped: list[Result] = []
+    reason = AwsWorld.unavailable() if on_aws else None
+    if reason:
+        skipped, on_aws = _skipped(seed, on_aws, reason), []
+    made = aws is None and bool(on_aws)
+    if made:
+        aws = AwsWorld(out / "aws")
+    shares: list[tuple[Lane, list[int]]] = [
+        (Lane(f"local-{n}", LocalWorld(), out / "lanes" / f"local-{n}"), on_local[n::local_lanes])
+        for n in range(local_lanes)]
+    if on_aws and aws is not None:
+        shares.append((Lane("aws", aws, out / "lanes" / "aws"), on_aws))
+    deadline = time.monotonic() + budget_s
+    stopping = threading.Event()
+    threads = [threading.Thread(target=campaign, daemon=True, name=lane.name,
+                                args=(seed, share, lane, journal.record, console, deadline,
+                                      stopping))
+               for lane, share in shares if share]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(1)
+    except KeyboardInterrupt:
+        stopping.set()
+        if console:
+            console.print("stopping after the runs under way (Ctrl-C again to leave them: "
+                          "the same command resumes)")
+        for thread in threads:
+            thread.join()
+    finally:
+        if made and aws is not None:
+            aws.close()
+    return sorted([journal.results[r] for r in runs if r in journal.results] + skipped,
+                  key=lambda r: r.plan.run)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--first", type=int, default=0, help="the first run's index")
+    parser.add_argument("--only", type=lambda text: [int(n) for n in text.split(",")],
+                        default=None, help="just these runs, e.g. 8,21 (to replay one)")
     parser.add_argument("--lanes", type=int, default=1,
-                        help="control planes side by side, each in its own ORCH_HOME")
+                        help="local-cloud control planes side by side (AWS runs: one more)")
     parser.add_argument("--budget-min", type=float, default=math.inf,
                         help="start no run after this many minutes")
-    parser.add_argument("--keep", action="store_true", help="keep the ORCH_HOME even if all pass")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results and homes (default: $TMPDIR/orch-chaos-seed-<seed>)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="forget the results already in --out and start over")
+    parser.add_argument("--keep", action="store_true", help="keep the homes even if all pass")
     args = parser.parse_args(argv)
-    console = Console(width=200)
-    homes = [Path(tempfile.mkdtemp(prefix=f"orch-chaos-{lane}-")) for lane in range(args.lanes)]
-    results = lanes(args.seed, list(range(args.first, args.first + args.runs)), homes, console,
-                    args.budget_min * 60)
+    out = args.out or Path(tempfile.gettempdir()) / f"orch-chaos-seed-{args.seed}"
+    if args.fresh:
+        retire_all(out / "lanes")
+        shutil.rmtree(out, ignore_errors=True)
+    console = Console(width=220)
+    console.print(f"results in {out}/results.jsonl")
+    runs = args.only or list(range(args.first, args.first + args.runs))
+    results = run_campaign(args.seed, runs, out,
+                           args.lanes, console, args.budget_min * 60)
     console.print(runs_table(results))
+    console.print(stories_table(results))
     console.print(summary_table(args.seed, results))
     failed = not all(r.ok for r in results)
-    for home in homes:
-        if failed or args.keep:
-            console.print(f"kept {home} for its logs")
-        else:
-            shutil.rmtree(home, ignore_errors=True)
+    if failed or args.keep:
+        console.print(f"kept {out / 'lanes'} for its logs")
+    else:
+        for made in ("lanes", "aws"):
+            shutil.rmtree(out / made, ignore_errors=True)
+    print(summary_line(args.seed, results), flush=True)
     return 1 if failed else 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,6 +19,8 @@ moto keeps EC2's records but runs nothing. The twin gives each running instance 
   links), orch's excepted: an image with Ray preinstalled, and no orch.
 * cloud-init: the public key of the instance's key pair (as moto recorded it) goes to the
   login user's ``~/.ssh/authorized_keys``.
+* Stop and start: a stopped instance's machine powers off and keeps its files; when the
+  instance runs again the machine boots from them (with an empty ``/tmp``).
 
 :class:`TwinWatcher` polls moto and keeps one :class:`TwinHost` per running instance of a
 cluster. moto gives every run the same private IPs, so one twin runs on a machine at a
@@ -62,7 +64,7 @@ SSHD = Path("/usr/sbin/sshd")
 NAME_PREFIX = "otw"  # of every namespace and host interface a twin creates
 # moto hands out the same private IPs to every run: one twin on a machine at a time.
 MACHINE_LOCK = Path("/tmp/orch-aws-twin.lock")
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 60.0  # a machine boots in about a second; a loaded 2-core host is slower
 POLL_S = 0.5
 _TOOLS = ("ip", "unshare", "ssh-keygen", "mount")
 
@@ -206,8 +208,9 @@ class TwinSwitch:
         _run("ip", "addr", "add", f"{HOST_ADDRESS}/32", "dev", self.uplink)
         _run("ip", "link", "set", "dev", self.uplink, "up")
 
-    def plug(self, netns: str, ip: str) -> None:
-        """Give ``netns`` an ``eth0`` with ``ip`` on the bridge, and the host a route to it."""
+    def plug(self, netns: str, ip: str) -> str:
+        """Give ``netns`` an ``eth0`` with ``ip`` on the bridge, and the host a route to it;
+        returns the bridge's port for it."""
         self._ports += 1
         port = f"p{self._ports}"
         _run("ip", "link", "add", port, "netns", self.netns, "type", "veth",
@@ -219,10 +222,16 @@ class TwinSwitch:
         # As in a VPC: a default gateway. The host forwards nothing from the uplink.
         _run("ip", "-n", netns, "route", "add", "default", "via", HOST_ADDRESS)
         _run("ip", "route", "add", f"{ip}/32", "dev", self.uplink, "src", HOST_ADDRESS)
+        return port
 
-    def unplug(self, ip: str) -> None:
+    def unplug(self, ip: str, port: str) -> None:
+        """Remove the route and the port: deleting the port deletes its veth pair, so the
+        machine's ``eth0`` leaves the bridge at once, even while the dying machine's
+        namespace lingers (a machine started again on the same address must not share the
+        bridge with its former self)."""
         subprocess.run(["ip", "route", "del", f"{ip}/32", "dev", self.uplink],
                        capture_output=True)
+        subprocess.run(["ip", "-n", self.netns, "link", "del", port], capture_output=True)
 
     def stop(self) -> None:
         """Deleting the namespace deletes its veth ends, and with them the host's and the
@@ -243,6 +252,7 @@ class TwinHost:
     root: Path  # the machine's own files on this host
     switch: TwinSwitch
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    port: str = ""  # the switch's port while plugged in
 
     @property
     def netns(self) -> str:
@@ -301,13 +311,23 @@ class TwinHost:
             return ""
         inside = self.root / "tmp" / packages.relative_to("/tmp")
         return f"mkdir -p {inside}\nmount --bind {packages} {inside}\n"
+    def _reboot(self) -> None:
+        """A stopped instance that starts again keeps its disk (its home, host keys and
+        users, as an EBS root volume does); only ``/tmp`` is emptied, as a boot does."""
+        shutil.rmtree(self.root / "tmp")
+        (self.root / "tmp").mkdir()
+        os.chmod(self.root / "tmp", 0o1777)
+
     def start(self) -> None:
         if ipaddress.ip_address(self.ip) not in VPC_NETWORK:
             raise ValueError(f"{self.instance_id} has {self.ip}, outside {VPC_NETWORK}: "
                              "the twin only hosts addresses of moto's default VPC")
-        self._prepare()
+        if self.root.exists():
+            self._reboot()
+        else:
+            self._prepare()
         _run("ip", "netns", "add", self.netns)
-        self.switch.plug(self.netns, self.ip)
+        self.port = self.switch.plug(self.netns, self.ip)
         boot = _BOOT.format(root=self.root, user=self.user, sshd=SSHD,
                             keep_under_tmp=self._keep_under_tmp())
         with open(self.root / "machine.log", "ab") as machine_log:
@@ -338,7 +358,8 @@ class TwinHost:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
             self.process = None
-        self.switch.unplug(self.ip)
+        if self.port:
+            self.switch.unplug(self.ip, self.port)
         subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
 
 
