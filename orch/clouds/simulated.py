@@ -43,6 +43,7 @@ from orch.clouds.base import (
     ClusterInfo,
     InstanceStatus,
     NodeInfo,
+    Operation,
     ProvisionConfig,
     ProvisionRecord,
     StateCheck,
@@ -223,17 +224,26 @@ class SimulatedProvider:
         zone = rows[0][5] if rows else None
         return ClusterInfo(cloud=self.name, region=region, zone=zone, nodes=nodes)
 
-    def stop_instances(self, region: str, cluster_name: str, worker_only: bool = False) -> None:
+    def check_operations(self, region: str, cluster_name: str,
+                         operations: list[Operation]) -> StateCheck:
+        """Calls change the instances' rows before they return: no operation outlives one
+        (the latency is in the call and in the boot, as EC2's)."""
+        return StateCheck(done=True)
+
+    def stop_instances(self, region: str, cluster_name: str, worker_only: bool = False
+                       ) -> list[Operation]:
         self._call("stop_instances", cluster_name)
         with self._db() as db:
             db.execute("update instances set status = ? where region = ? and cluster = ? "
                        "and idx >= ?", (InstanceStatus.STOPPED, region, cluster_name,
                                         1 if worker_only else 0))
+        return []
 
     def terminate_instances(self, region: str, cluster_name: str,
-                            worker_only: bool = False) -> None:
+                            worker_only: bool = False) -> list[Operation]:
         self._call("terminate_instances", cluster_name)
         self._remove(region, cluster_name, 1 if worker_only else 0)
+        return []
 
     def preempt(self, region: str, cluster_name: str) -> None:
         """The cloud takes the cluster's instances back (a spot reclaim)."""
@@ -248,11 +258,14 @@ class SimulatedProvider:
             if row[1] >= from_index:
                 shutil.rmtree(self.node_home(row[3]), ignore_errors=True)
 
-    def open_ports(self, region: str, cluster_name: str, ports: list[str]) -> None:
+    def open_ports(self, region: str, cluster_name: str, ports: list[str]
+                   ) -> list[Operation]:
         """No firewall is simulated."""
+        return []
 
-    def cleanup_ports(self, region: str, cluster_name: str) -> None:
+    def cleanup_ports(self, region: str, cluster_name: str) -> list[Operation]:
         self._call("cleanup_ports", cluster_name)
+        return []
 
     def credentials_ok(self) -> tuple[bool, str]:
         return True, "simulated"

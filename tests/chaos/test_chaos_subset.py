@@ -2,8 +2,8 @@
 to tell every local story and the AWS cross-region failover, and to kill the worker, the
 dev server and both; three local lanes and the AWS lane (a moto server of its own) side
 by side. A run mostly waits (a killed activity's heartbeat timeout, the cloud's latency),
-so lanes share the 2 cores well: the subset uses about 330 CPU-seconds. The AWS run is skipped, with the reason as a warning,
-where the twin cannot run (no root, no network namespaces).
+so lanes share the 2 cores well: the subset uses about 330 CPU-seconds. The AWS run is
+skipped, with the reason as a warning, where the twin cannot run (no root, no network namespaces).
 
 The long campaign is ``python -m tests.chaos.run --seed 12 --runs 100 --lanes 2``.
 """
