@@ -18,7 +18,7 @@ import pytest
 from tests.chaos.plans import plan
 from tests.chaos.run import run_campaign
 
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("aws-twin")]  # its AWS lane
+pytestmark = pytest.mark.e2e
 SEED = 12
 RUNS = [1, 2, 8, 12, 17, 18, 20, 24, 26]
 LOCAL_LANES = 3

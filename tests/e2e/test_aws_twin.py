@@ -31,7 +31,7 @@ from tests.fakes.ec2_fault_front import EC2FaultFront
 from tests.fakes.twin_hosts import VPC_NETWORK, Image, TwinWatcher, unavailable_reason
 
 UNAVAILABLE = unavailable_reason()
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("aws-twin"),
+pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(UNAVAILABLE is not None, reason=UNAVAILABLE or "")]
 
 REGION = "us-east-1"

@@ -35,7 +35,7 @@ from tests.fakes.ec2_fault_front import EC2FaultFront
 from tests.fakes.twin_hosts import HOST_ADDRESS, Image, TwinWatcher, unavailable_reason
 
 UNAVAILABLE = unavailable_reason() or FUSE_MISSING
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("aws-twin"),
+pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(UNAVAILABLE is not None, reason=UNAVAILABLE or "")]
 
 JOB_CLUSTER = "job-1-0"  # the first task of the first job of a fresh control plane
