@@ -23,6 +23,7 @@ from typing import TypeVar
 from temporalio import activity
 
 from activities.errors import typed_errors
+from activities.storage import as_application_error
 from orch.clouds.base import ClusterInfo, NodeInfo
 from orch.clouds.errors import SetupError
 from orch.contracts.runtime import (
@@ -43,12 +44,16 @@ from orch.contracts.runtime import (
     SubmitRequest,
     SyncRequest,
 )
+from orch.contracts.staging import StagedFiles, StagedTree
 from orch.runtime.commands import CommandError, NodeUnreachableError
 from orch.runtime.install import ensure_runtime
 from orch.runtime.job_records import SECRETS_ENV, WORKDIR, JobRecord
 from orch.runtime.ray_node import RAY_START_TIMEOUT_S
 from orch.runtime.runner import runner_for
 from orch.secret import REDACTED, clear_values
+from orch.staging_cache import fetch
+from orch.storage import get_store
+from orch.storage.errors import StorageError
 
 T = TypeVar("T")
 UNREACHABLE_AFTER_S = 10.0  # for best-effort steps on nodes that may be gone
@@ -133,16 +138,33 @@ def start_ray(request: StartRayRequest) -> str:
 @activity.defn(name=SYNC_FILES)
 @typed_errors
 def sync_files(request: SyncRequest) -> None:
-    """Copy the workdir to ``~/sky_workdir`` and each file mount to its path, on every node."""
+    """Copy the workdir to ``~/sky_workdir`` and each file mount to its path, on every node:
+    staged files through this worker's cache (fetched from the staging store first)."""
+    workdir, file_mounts = request.workdir, request.file_mounts
+    if request.staged is not None:
+        workdir, file_mounts = _fetch_staged(request.staged)
 
     def sync(rank: int, node: NodeInfo) -> None:
         with runner_for(node) as runner:
-            if request.workdir:
-                runner.upload(request.workdir, WORKDIR)
-            for remote, local in request.file_mounts.items():
+            if workdir:
+                runner.upload(workdir, WORKDIR)
+            for remote, local in file_mounts.items():
                 runner.upload(local, remote)
 
     on_every_node(request.info.nodes, sync)
+
+
+def _fetch_staged(staged: StagedFiles) -> tuple[str | None, dict[str, str]]:
+    """The staged workdir and file mounts as paths in this worker's cache."""
+
+    def local(tree: StagedTree) -> str:
+        try:
+            return str(fetch(tree, get_store(tree.root.store), activity.heartbeat))
+        except StorageError as error:
+            raise as_application_error(error) from error
+
+    workdir = local(staged.workdir) if staged.workdir else None
+    return workdir, {remote: local(tree) for remote, tree in staged.file_mounts.items()}
 
 
 def node_envs(info: ClusterInfo, cluster_name: str, rank: int) -> dict[str, str]:

@@ -454,7 +454,7 @@ class ClusterWorkflow:
                 await workflow.execute_activity(
                     SYNC_FILES,
                     SyncRequest(info=self.state.info, workdir=task.workdir,
-                                file_mounts=task.file_mounts),
+                                file_mounts=task.file_mounts, staged=task.staged),
                     summary=on_nodes("sync workdir and file mounts", self.state.info),
                     **LONG_CALL,
                 )

@@ -78,7 +78,9 @@ from orch.runtime.runner import runner_for
 from orch.server import ControlPlane
 from orch.settings import load_settings
 from orch.spec import Task
+from orch.staging import stage_task
 from orch.status import ClusterStatus
+from orch.storage.errors import StorageError
 from orch.summaries import cluster_summary, task_details
 
 CONNECT_TIMEOUT_S = 60
@@ -242,6 +244,7 @@ class Client:
         is submitted. ``on_step`` is told each step and failover hop as it happens."""
         cluster = check_name(cluster or new_cluster_name(), "cluster")
         self.validate(task)
+        task = await self.stage(task, on_step)
         user, summary = requester(), cluster_summary(cluster, task)
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             CLUSTER_WORKFLOW,
@@ -289,6 +292,23 @@ class Client:
             plan(task, allowed_clouds=load_settings().allowed_clouds)
         except OptimizerError as err:
             raise OrchError(str(err), INVALID_RESOURCES) from None
+
+    @staticmethod
+    async def stage(task: Task, on_step: Callable[[str], None] | None = None) -> Task:
+        """``task`` with its workdir and local file mounts uploaded to the staging store
+        (``orch.staging``), where every worker reads them; a failure is an OrchError."""
+        try:
+            staged, reports = await asyncio.to_thread(stage_task, task,
+                                                      load_settings().staging)
+        except StorageError as err:
+            raise OrchError(f"staging the task's files: {err.message}", "StagingFailed"
+                            ) from None
+        for report in reports:
+            done = ("already staged" if report.reused
+                    else f"{report.uploaded} of {report.files} file(s) uploaded")
+            if on_step is not None:
+                on_step(f"staged {report.source} in {report.tree.root.uri} ({done})")
+        return staged
 
     async def _await_with_progress(
         self, cluster: str, update: WorkflowUpdateHandle[Any],
@@ -365,6 +385,7 @@ class Client:
     async def exec(self, cluster: str, task: Task) -> int:
         """Submit ``task``'s run command as a new job on an UP cluster; returns its id."""
         await self._require(cluster)
+        task = await self.stage(task)
         try:
             job_id: int = await self._handle(cluster).execute_update(
                 "exec", ExecRequest(task=task), result_type=int

@@ -140,6 +140,7 @@ class ManagedJobs:
             check_name(name, "managed job", kind="managed-job name")
         for task in tasks:
             Client.validate(task)
+        tasks = [await Client.stage(task) for task in tasks]
         job_id = await self.allocate_id()
         plane_hash = self.client.plane_hash
         summary = summarize(new_state(job_id, name, tasks, datetime.now(UTC), plane_hash))

@@ -8,6 +8,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from orch.clouds.base import ClusterInfo, NodeInfo
+from orch.contracts.staging import StagedFiles
 from orch.runtime.job_records import JobSpec
 from orch.secret import Secret
 
@@ -32,9 +33,14 @@ class StartRayRequest(BaseModel):
 
 
 class SyncRequest(BaseModel):
+    """The task's workdir and file mounts to copy to every node: from the staging store
+    when ``staged`` (orch.staging), else (a history from before staging) from these paths
+    on the worker's own disk."""
+
     info: ClusterInfo
     workdir: str | None = None
     file_mounts: dict[str, str] = Field(default_factory=dict)
+    staged: StagedFiles | None = None
 
 
 class SetupRequest(BaseModel):

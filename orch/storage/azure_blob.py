@@ -161,6 +161,10 @@ class AzureBlobStore:
                 yield ObjectInfo(key=blob.name, size=blob.size,
                                  md5=bytes(md5).hex() if md5 else None)
 
+    def download(self, bucket: BucketRef, key: str, target: Path) -> None:
+        with azure_errors(bucket.name), target.open("wb") as out:
+            self._container(bucket).download_blob(key, max_concurrency=4).readinto(out)
+
     def delete(self, bucket: BucketRef) -> bool:
         """Azure removes the blobs with the container (the name is then unusable for a
         while: creating it again answers ContainerBeingDeleted, which is retried)."""

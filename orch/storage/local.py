@@ -128,6 +128,11 @@ class LocalStore:
                     yield ObjectInfo(key=path.relative_to(bucket_dir).as_posix(),
                                      size=path.stat().st_size, md5=file_md5(path).hex())
 
+    def download(self, bucket: BucketRef, key: str, target: Path) -> None:
+        source = self._prefix_dir(bucket.model_copy(update={"prefix": key}))
+        with _os_errors(bucket):
+            shutil.copyfile(source, target)
+
     def rclone_remote(self, bucket: BucketRef) -> RcloneRemote:
         return RcloneRemote(type="local", options={}, path=str(self._prefix_dir(bucket)))
 

@@ -146,9 +146,7 @@ class S3Store:
                    progress: Callable[[UploadProgress], None] | None = None) -> UploadReport:
         existing = list(self.list(bucket))
         files = local_files(source, bucket.prefix)
-        transfer = S3Transfer(self._client(bucket), TransferConfig(
-            multipart_threshold=self.part_size, multipart_chunksize=self.part_size,
-            max_concurrency=4))
+        transfer = self._transfer(bucket)
 
         def put(file: LocalFile, md5: bytes) -> None:
             with s3_errors(bucket.name):
@@ -168,6 +166,15 @@ class S3Store:
                     md5 = (etag if _PLAIN_MD5.fullmatch(etag)
                            else self._metadata_md5(client, bucket.name, item["Key"]))
                     yield ObjectInfo(key=item["Key"], size=item["Size"], md5=md5)
+
+    def _transfer(self, bucket: BucketRef) -> S3Transfer:
+        return S3Transfer(self._client(bucket), TransferConfig(
+            multipart_threshold=self.part_size, multipart_chunksize=self.part_size,
+            max_concurrency=4))
+
+    def download(self, bucket: BucketRef, key: str, target: Path) -> None:
+        with s3_errors(bucket.name):
+            self._transfer(bucket).download_file(bucket.name, key, str(target))
 
     @staticmethod
     def _metadata_md5(client: Any, name: str, key: str) -> str | None:
