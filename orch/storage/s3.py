@@ -20,6 +20,7 @@ copies ``~/.aws/credentials`` to its nodes.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import threading
@@ -171,6 +172,12 @@ class S3Store:
         return S3Transfer(self._client(bucket), TransferConfig(
             multipart_threshold=self.part_size, multipart_chunksize=self.part_size,
             max_concurrency=4))
+
+    def put(self, bucket: BucketRef, key: str, data: bytes) -> None:
+        with s3_errors(bucket.name):
+            self._client(bucket).put_object(
+                Bucket=bucket.name, Key=key, Body=data,
+                Metadata={MD5_METADATA: b64(hashlib.md5(data, usedforsecurity=False).digest())})
 
     def download(self, bucket: BucketRef, key: str, target: Path) -> None:
         with s3_errors(bucket.name):

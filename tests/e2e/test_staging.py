@@ -3,7 +3,8 @@ and file mounts in S3 (moto's server), and the only worker is a second ``python 
 workers`` with its own HOME and ORCH_HOME, its cwd elsewhere, in a mount namespace where
 the CLI's directory is an empty tmpfs: it can reach the files through the staging store
 only. A launch prints them; a managed job prints them, is preempted (its node taken back,
-the worker's staging cache emptied) and prints them again after its recovery.
+the worker's staging cache emptied) and prints them again after its recovery, and
+``orch jobs logs`` shows both attempts' output from the staging store.
 
 The embedded control plane's own worker is stopped for the test (so the other worker
 runs everything) and started again after it.
@@ -149,6 +150,12 @@ def test_a_worker_on_another_host_gets_the_files_of_a_launch_and_of_a_recovery(
         take_back(str(home))
     second = wait_for(lambda: attempt_output(2), 400, "the run after the recovery")
     assert saw_the_files(second), second
+    # The first attempt's output, from the staging store: its head is gone, and the
+    # laptop never had a copy of its own.
+    everything = laptop("jobs", "logs", str(job_id), "--no-follow").stdout
+    first = everything[everything.index("attempt 1"):everything.index("attempt 2")]
+    assert saw_the_files(first) and "ready" in first, everything
+    assert not (laptop.home / "managed_jobs").exists()
     assert job(laptop, job_id)["recoveries"] == 1
     assert any((host.orch_home / "staging-cache").iterdir())  # fetched anew, on that host
     laptop("jobs", "cancel", "-y", str(job_id))

@@ -1,7 +1,8 @@
 """Staging (``orch.staging``, ``orch.staging_cache``) against each store's real server: a
 tree is staged once (a second stage of the same files puts nothing), fetched whole into a
 worker's cache with its modes, fetched once per host, and a tree the store lacks is an
-error that says how to configure staging."""
+error that says how to configure staging; a job's output stored in chunks is read back
+in order, each byte once."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from orch.job_output import OutputReader, attempt_output, chunk_key, store_chunk
 from orch.staging import stage, staging_root
 from orch.staging_cache import StagingError, fetch
 from orch.storage.base import Store, StoreKind
@@ -100,3 +102,23 @@ def test_the_staging_root_is_the_configured_uri_else_the_local_store() -> None:
     configured = staging_root("s3://team-bucket/orch/staging")
     assert (configured.store, configured.name, configured.prefix) == (
         StoreKind.S3, "team-bucket", "orch/staging")
+
+
+def test_job_output_chunks_are_read_in_order_each_byte_once(store: Store) -> None:
+    """As a watch stores them: flushes at offsets 0 and 12, then a watch resumed on
+    another worker stores the whole copy again from 0, then more."""
+    where = attempt_output(7, 0, 2, root=new_bucket(store, prefix="staging"))
+    lines: list[str] = []
+    reader = OutputReader(where, lines.append)
+    assert reader.read_new() == 0  # no bucket yet: nothing, no error
+    output = b"step 1 done\nstep 2 done\nstep 3 "
+    store_chunk(store, where, 0, output[:12])
+    store_chunk(store, where, 12, output[12:24])
+    assert reader.read_new() == 24 and lines == ["step 1 done", "step 2 done"]
+    store_chunk(store, where, 0, output)  # the resumed watch's copy, from the start
+    store_chunk(store, where, len(output), b"done\nstep 4")
+    reader.read_new()
+    reader.finish()
+    assert lines == ["step 1 done", "step 2 done", "step 3 done", "step 4"]
+    assert sorted(o.key for o in store.list(where)) == [
+        chunk_key(where, 0), chunk_key(where, 12), chunk_key(where, len(output))]
