@@ -27,6 +27,7 @@ from activities.storage import as_application_error
 from orch.clouds.base import ClusterInfo, NodeInfo
 from orch.clouds.errors import SetupError
 from orch.contracts.runtime import (
+    HEAD_JOBS,
     JOBS_ACTIVITY,
     RAY_HEALTHY,
     RUN_SETUP,
@@ -36,6 +37,7 @@ from orch.contracts.runtime import (
     SUBMIT_JOB,
     SYNC_FILES,
     WAIT_FOR_NODES,
+    HeadJobsRequest,
     HealthRequest,
     JobsActivity,
     NodesRequest,
@@ -264,13 +266,29 @@ def ray_healthy(request: HealthRequest) -> bool:
 @typed_errors
 def jobs_activity(request: NodesRequest) -> JobsActivity:
     """What the head's job table says about idleness (for autostop)."""
-    head = request.info.nodes[0]
-    with runner_for(head) as runner:
-        result = runner.check(_node_cli(head, "jobs", "queue"), timeout=60)
-    jobs = [JobRecord.model_validate(j) for j in json.loads(result.tail.splitlines()[-1])]
+    jobs = _job_table(request.info.nodes[0], "queue")
     moments = [m for j in jobs for m in (j.submitted_at, j.ended_at) if m is not None]
     return JobsActivity(active=any(not j.status.is_terminal for j in jobs),
                         last_activity_at=max(moments) if moments else None)
+
+
+def _job_table(head: NodeInfo, args: str) -> list[JobRecord]:
+    """What ``python -m orch.runtime.jobs ARGS`` prints on the head: the job table."""
+    with runner_for(head) as runner:
+        result = runner.check(_node_cli(head, "jobs", args), timeout=60)
+    return [JobRecord.model_validate(j) for j in json.loads(result.tail.splitlines()[-1])]
+
+
+@activity.defn(name=HEAD_JOBS)
+@typed_errors
+def head_jobs(request: HeadJobsRequest) -> list[JobRecord]:
+    """The head's job table for ``orch queue`` (after ``orch cancel``'s cancels): read here,
+    so that the CLI needs no way of its own to the head."""
+    if request.cancel_all:
+        return _job_table(request.head, "cancel --all")
+    if request.cancel:
+        return _job_table(request.head, "cancel " + " ".join(map(str, request.cancel)))
+    return _job_table(request.head, "queue")
 
 
 @activity.defn(name=STOP_RAY)

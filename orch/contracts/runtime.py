@@ -20,6 +20,7 @@ RUN_SETUP = "run_setup"
 SUBMIT_JOB = "submit_job"
 RAY_HEALTHY = "ray_healthy"
 JOBS_ACTIVITY = "jobs_activity"
+HEAD_JOBS = "head_jobs"
 STOP_RAY = "stop_ray"
 
 
@@ -61,6 +62,14 @@ class SubmitRequest(BaseModel):
 class HealthRequest(BaseModel):
     info: ClusterInfo
     gcs_address: str
+
+
+class HeadJobsRequest(BaseModel):
+    """Read the head's job table, after cancelling ``cancel`` (or every job)."""
+
+    head: NodeInfo
+    cancel: list[int] = Field(default_factory=list)
+    cancel_all: bool = False
 
 
 class JobsActivity(BaseModel):

@@ -130,6 +130,9 @@ def test_a_worker_on_another_host_gets_the_files_of_a_launch_and_of_a_recovery(
                       timeout=600)
     assert saw_the_files(launched.stdout), launched.stdout
     assert "orch-staging-e2e/runs" in launched.stdout + launched.stderr  # where it staged
+    # The job table through the control plane (the cluster's jobs Update, read on the
+    # worker), not from the laptop.
+    assert [j["status"] for j in laptop.json("queue", "far")] == ["SUCCEEDED"]
     laptop("down", "-y", "far")
 
     job_id = submit(laptop, laptop_task(tmp_path, "job.yaml", "  echo ready\n  sleep 600\n"))
