@@ -65,10 +65,16 @@ def on_every_node(nodes: list[NodeInfo], fn: Callable[[int, NodeInfo], T]) -> li
     """Run ``fn(rank, node)`` for every node in parallel, heartbeating until all are done."""
     with ThreadPoolExecutor(max_workers=max(1, min(32, len(nodes)))) as pool:
         futures: list[Future[T]] = [pool.submit(fn, rank, n) for rank, n in enumerate(nodes)]
-        while not all(f.done() for f in futures):
-            activity.heartbeat()
-            time.sleep(0.2)
-        return [f.result() for f in futures]
+        return _heartbeating(futures)
+
+
+def _heartbeating(futures: list[Future[T]]) -> list[T]:
+    """The futures' results, heartbeating while any is running (a large file downloading,
+    a slow node) so the activity is not thought dead."""
+    while not all(f.done() for f in futures):
+        activity.heartbeat()
+        time.sleep(0.2)
+    return [f.result() for f in futures]
 
 
 def _node_cli(node: NodeInfo, module: str, args: str) -> str:
@@ -144,7 +150,9 @@ def sync_files(request: SyncRequest) -> None:
     staged files through this worker's cache (fetched from the staging store first)."""
     workdir, file_mounts = request.workdir, request.file_mounts
     if request.staged is not None:
-        workdir, file_mounts = _fetch_staged(request.staged)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            staged = request.staged
+            workdir, file_mounts = _heartbeating([pool.submit(_fetch_staged, staged)])[0]
 
     def sync(rank: int, node: NodeInfo) -> None:
         with runner_for(node) as runner:
@@ -161,7 +169,7 @@ def _fetch_staged(staged: StagedFiles) -> tuple[str | None, dict[str, str]]:
 
     def local(tree: StagedTree) -> str:
         try:
-            return str(fetch(tree, get_store(tree.root.store), activity.heartbeat))
+            return str(fetch(tree, get_store(tree.root.store)))
         except StorageError as error:
             raise as_application_error(error) from error
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -46,10 +45,9 @@ def fetched_path(tree: StagedTree, root: Path | None = None) -> Path:
     return entry / tree.file_name if tree.file_name else entry
 
 
-def fetch(tree: StagedTree, store: Store, beat: Callable[[], None] = lambda: None,
-          root: Path | None = None) -> Path:
-    """The tree in this host's cache, downloaded first unless it is there; ``beat`` is
-    called as files arrive (an activity heartbeats from it)."""
+def fetch(tree: StagedTree, store: Store, root: Path | None = None) -> Path:
+    """The tree in this host's cache, downloaded first unless it is there (files
+    ``DOWNLOAD_WORKERS`` at a time)."""
     root = root or cache_root()
     final = root / tree.digest
     if final.is_dir():
@@ -59,7 +57,7 @@ def fetch(tree: StagedTree, store: Store, beat: Callable[[], None] = lambda: Non
         shutil.rmtree(leftover, ignore_errors=True)  # a fetch that was killed
     part = root / f"{tree.digest}{_PART}{uuid.uuid4().hex[:8]}"
     try:
-        _download(tree, store, part, beat)
+        _download(tree, store, part)
         try:
             part.rename(final)
         except OSError:
@@ -91,7 +89,7 @@ def _manifest(tree: StagedTree, store: Store, into: Path) -> Manifest:
     return manifest
 
 
-def _download(tree: StagedTree, store: Store, part: Path, beat: Callable[[], None]) -> None:
+def _download(tree: StagedTree, store: Store, part: Path) -> None:
     manifest = _manifest(tree, store, part)
 
     def one(entry: ManifestEntry) -> None:
@@ -106,5 +104,4 @@ def _download(tree: StagedTree, store: Store, part: Path, beat: Callable[[], Non
         os.chmod(target, entry.mode)
 
     with ThreadPoolExecutor(max_workers=DOWNLOAD_WORKERS) as pool:
-        for _ in pool.map(one, manifest.entries):
-            beat()
+        list(pool.map(one, manifest.entries))
