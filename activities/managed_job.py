@@ -52,11 +52,14 @@ from orch.clouds.base import InstanceStatus
 from orch.clouds.errors import ProvisionError
 from orch.config import orch_home
 from orch.contracts.watch import WATCH_JOB, WatchOutcome, WatchRequest, WatchResult
+from orch.job_output import FLUSH_EVERY_S, attempt_output, store_chunk
 from orch.managed_jobs import RESTARTABLE, attempt_log_path
 from orch.runtime.commands import NodeUnreachableError
 from orch.runtime.job_records import JobPoll
 from orch.runtime.jobs import UNCHANGED_EXIT, wait_then_poll_command
 from orch.runtime.ssh_async import run_on_node
+from orch.storage import get_store
+from orch.storage.errors import StorageError
 
 HEARTBEATS_PER_TIMEOUT = 4
 FIRST_RETRY_GAP_S = 1.0  # an unreadable head is asked again after 1, 2, 4... s
@@ -73,6 +76,7 @@ class WatchProgress(BaseModel):
     """The heartbeat details: what a retried attempt resumes from (wall-clock seconds)."""
 
     log_offset: int = 0
+    stored_offset: int = 0  # how much of the copy is in the staging store (job_output)
     unreachable_since: float | None = None
     last_instance_check: float = 0.0
 
@@ -202,6 +206,38 @@ async def _head_unreadable(request: WatchRequest, progress: WatchProgress, reaso
     return None
 
 
+class OutputCopy:
+    """Copies the worker's copy of the output on to the staging store (orch.job_output),
+    every FLUSH_EVERY_S and when the watch ends. A store that fails is logged and tried
+    again at the next flush: the watch goes on (the worker's copy has the output)."""
+
+    def __init__(self, request: WatchRequest, log: Path):
+        self.log = log
+        self.where = attempt_output(request.job_id, request.task_index, request.attempt)
+        self.last = 0.0
+
+    async def flush(self, progress: WatchProgress, final: bool) -> None:
+        now = time.monotonic()
+        if progress.stored_offset >= progress.log_offset or (
+                not final and now - self.last < FLUSH_EVERY_S):
+            return
+        self.last = now
+        start, end = progress.stored_offset, progress.log_offset
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                _CLOUD_CHECKS, self._store, start, end)
+        except (StorageError, OSError) as error:
+            activity.logger.warning("output of %s not stored yet: %s", self.where.uri, error)
+            return
+        progress.stored_offset = end
+
+    def _store(self, start: int, end: int) -> None:
+        with open(self.log, "rb") as handle:
+            handle.seek(start)
+            data = handle.read(end - start)
+        store_chunk(get_store(self.where.store), self.where, start, data)
+
+
 def _resumed_progress() -> WatchProgress:
     details = activity.info().heartbeat_details
     if details:
@@ -221,6 +257,8 @@ async def watch_job(request: WatchRequest) -> WatchResult:
     log = attempt_log_path(orch_home(), request.job_id, request.task_index, request.attempt)
     # Resumed on a worker whose copy is shorter (another machine): copy what it lacks.
     progress.log_offset = min(progress.log_offset, log.stat().st_size if log.exists() else 0)
+    progress.stored_offset = min(progress.stored_offset, progress.log_offset)
+    output = OutputCopy(request, log)
     timeout = activity.info().heartbeat_timeout
     # Local calls (the SDK sends one RPC per 0.8 x the timeout at most); not beat_interval's
     # 5 s cap, which at 2,000 jobs is 400 calls a second for the same RPCs.
@@ -236,6 +274,7 @@ async def watch_job(request: WatchRequest) -> WatchResult:
     try:
         while True:
             result, then = await check_once(request, progress, log, wait_s)
+            await output.flush(progress, final=result is not None)
             if result is not None:
                 activity.heartbeat(progress.model_dump(mode="json"))
                 return result

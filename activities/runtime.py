@@ -23,9 +23,11 @@ from typing import TypeVar
 from temporalio import activity
 
 from activities.errors import typed_errors
+from activities.storage import as_application_error
 from orch.clouds.base import ClusterInfo, NodeInfo
 from orch.clouds.errors import SetupError
 from orch.contracts.runtime import (
+    HEAD_JOBS,
     JOBS_ACTIVITY,
     RAY_HEALTHY,
     RUN_SETUP,
@@ -35,6 +37,7 @@ from orch.contracts.runtime import (
     SUBMIT_JOB,
     SYNC_FILES,
     WAIT_FOR_NODES,
+    HeadJobsRequest,
     HealthRequest,
     JobsActivity,
     NodesRequest,
@@ -43,12 +46,16 @@ from orch.contracts.runtime import (
     SubmitRequest,
     SyncRequest,
 )
+from orch.contracts.staging import StagedFiles, StagedTree
 from orch.runtime.commands import CommandError, NodeUnreachableError
 from orch.runtime.install import ensure_runtime
 from orch.runtime.job_records import SECRETS_ENV, WORKDIR, JobRecord
 from orch.runtime.ray_node import RAY_START_TIMEOUT_S
 from orch.runtime.runner import runner_for
 from orch.secret import REDACTED, clear_values
+from orch.staging_cache import fetch
+from orch.storage import get_store
+from orch.storage.errors import StorageError
 
 T = TypeVar("T")
 UNREACHABLE_AFTER_S = 10.0  # for best-effort steps on nodes that may be gone
@@ -58,10 +65,16 @@ def on_every_node(nodes: list[NodeInfo], fn: Callable[[int, NodeInfo], T]) -> li
     """Run ``fn(rank, node)`` for every node in parallel, heartbeating until all are done."""
     with ThreadPoolExecutor(max_workers=max(1, min(32, len(nodes)))) as pool:
         futures: list[Future[T]] = [pool.submit(fn, rank, n) for rank, n in enumerate(nodes)]
-        while not all(f.done() for f in futures):
-            activity.heartbeat()
-            time.sleep(0.2)
-        return [f.result() for f in futures]
+        return _heartbeating(futures)
+
+
+def _heartbeating(futures: list[Future[T]]) -> list[T]:
+    """The futures' results, heartbeating while any is running (a large file downloading,
+    a slow node) so the activity is not thought dead."""
+    while not all(f.done() for f in futures):
+        activity.heartbeat()
+        time.sleep(0.2)
+    return [f.result() for f in futures]
 
 
 def _node_cli(node: NodeInfo, module: str, args: str) -> str:
@@ -133,16 +146,35 @@ def start_ray(request: StartRayRequest) -> str:
 @activity.defn(name=SYNC_FILES)
 @typed_errors
 def sync_files(request: SyncRequest) -> None:
-    """Copy the workdir to ``~/sky_workdir`` and each file mount to its path, on every node."""
+    """Copy the workdir to ``~/sky_workdir`` and each file mount to its path, on every node:
+    staged files through this worker's cache (fetched from the staging store first)."""
+    workdir, file_mounts = request.workdir, request.file_mounts
+    if request.staged is not None:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            staged = request.staged
+            workdir, file_mounts = _heartbeating([pool.submit(_fetch_staged, staged)])[0]
 
     def sync(rank: int, node: NodeInfo) -> None:
         with runner_for(node) as runner:
-            if request.workdir:
-                runner.upload(request.workdir, WORKDIR)
-            for remote, local in request.file_mounts.items():
+            if workdir:
+                runner.upload(workdir, WORKDIR)
+            for remote, local in file_mounts.items():
                 runner.upload(local, remote)
 
     on_every_node(request.info.nodes, sync)
+
+
+def _fetch_staged(staged: StagedFiles) -> tuple[str | None, dict[str, str]]:
+    """The staged workdir and file mounts as paths in this worker's cache."""
+
+    def local(tree: StagedTree) -> str:
+        try:
+            return str(fetch(tree, get_store(tree.root.store)))
+        except StorageError as error:
+            raise as_application_error(error) from error
+
+    workdir = local(staged.workdir) if staged.workdir else None
+    return workdir, {remote: local(tree) for remote, tree in staged.file_mounts.items()}
 
 
 def node_envs(info: ClusterInfo, cluster_name: str, rank: int) -> dict[str, str]:
@@ -242,13 +274,29 @@ def ray_healthy(request: HealthRequest) -> bool:
 @typed_errors
 def jobs_activity(request: NodesRequest) -> JobsActivity:
     """What the head's job table says about idleness (for autostop)."""
-    head = request.info.nodes[0]
-    with runner_for(head) as runner:
-        result = runner.check(_node_cli(head, "jobs", "queue"), timeout=60)
-    jobs = [JobRecord.model_validate(j) for j in json.loads(result.tail.splitlines()[-1])]
+    jobs = _job_table(request.info.nodes[0], "queue")
     moments = [m for j in jobs for m in (j.submitted_at, j.ended_at) if m is not None]
     return JobsActivity(active=any(not j.status.is_terminal for j in jobs),
                         last_activity_at=max(moments) if moments else None)
+
+
+def _job_table(head: NodeInfo, args: str) -> list[JobRecord]:
+    """What ``python -m orch.runtime.jobs ARGS`` prints on the head: the job table."""
+    with runner_for(head) as runner:
+        result = runner.check(_node_cli(head, "jobs", args), timeout=60)
+    return [JobRecord.model_validate(j) for j in json.loads(result.tail.splitlines()[-1])]
+
+
+@activity.defn(name=HEAD_JOBS)
+@typed_errors
+def head_jobs(request: HeadJobsRequest) -> list[JobRecord]:
+    """The head's job table for ``orch queue`` (after ``orch cancel``'s cancels): read here,
+    so that the CLI needs no way of its own to the head."""
+    if request.cancel_all:
+        return _job_table(request.head, "cancel --all")
+    if request.cancel:
+        return _job_table(request.head, "cancel " + " ".join(map(str, request.cancel)))
+    return _job_table(request.head, "queue")
 
 
 @activity.defn(name=STOP_RAY)

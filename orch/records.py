@@ -236,6 +236,14 @@ class ExecRequest(BaseModel):
     task: Task
 
 
+JOBS_UPDATE = "jobs"  # ClusterWorkflow: the head's job table, after cancels
+
+
+class JobsRequest(BaseModel):
+    cancel: list[int] = Field(default_factory=list)
+    cancel_all: bool = False
+
+
 class DownRequest(BaseModel):
     purge: bool = False
 

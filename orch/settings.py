@@ -36,6 +36,7 @@ from orch.config import TemporalSettings, orch_home
 from orch.lifecycle import Autostop
 from orch.semaphore import PermitLimits
 from orch.spec import SpecError, describe_error, suggest
+from orch.spec_storage import parse_bucket_uri
 from orch.spec_yaml import decode, load_documents
 
 CLOUDS = ("local", *CATALOG_CLOUDS)
@@ -47,6 +48,7 @@ ENV_VARS = {
     "cloud_identity": "ORCH_CLOUD_IDENTITY",
     "launch_permits": "ORCH_LAUNCH_PERMITS",
     "job_slots": "ORCH_JOB_SLOTS",
+    "staging": "ORCH_STAGING",
     "temporal.address": "TEMPORAL_ADDRESS",
     "temporal.namespace": "TEMPORAL_NAMESPACE",
     "temporal.tls.cert": "TEMPORAL_TLS_CERT",
@@ -110,6 +112,9 @@ class Settings(_Section):
     temporal: TemporalSection = Field(default_factory=TemporalSection)
     autostop: AutostopSection | None = None  # None: no autostop unless asked for
     ssh_user: dict[str, str] = Field(default_factory=dict)  # image id or glob -> login user
+    # Where workdirs and file mounts are staged for the workers (orch.staging): a bucket
+    # URI every worker can read; None: the local store, shared with the embedded worker.
+    staging: str | None = None
 
     @field_validator("allowed_clouds", mode="before")
     @classmethod
@@ -122,6 +127,13 @@ class Settings(_Section):
                 raise ValueError(f"unknown cloud {name!r}" + suggest(name, list(CLOUDS))
                                  + f" (clouds: {', '.join(CLOUDS)})")
         return names
+
+    @field_validator("staging")
+    @classmethod
+    def _staging(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_bucket_uri(value)  # its ValueError says what is wrong
+        return value
 
     @field_validator("ssh_user")
     @classmethod

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from orch.clouds import CLOUDS
+from orch.contracts.staging import StagedFiles
 from orch.local_paths import DIRECTORY, FILE, MISSING, path_kind, resolved
 from orch.secret import Secret
 from orch.spec_envs import given_over, still_required, substitute, variables_as_written
@@ -55,6 +56,9 @@ class Task(StrictModel):
     file_mounts: dict[str, str] = Field(default_factory=dict)  # remote path → local path
     # The bucket entries of file_mounts (URIs and mappings), by mount path: orch.spec_storage.
     storage_mounts: dict[str, StorageMount] = Field(default_factory=dict)
+    # Where the client staged workdir and file_mounts for the workers (orch.staging); set
+    # by the client after validation, never written by users.
+    staged: StagedFiles | None = None
     setup: str | None = None
     run: str | None = None
 
@@ -113,8 +117,10 @@ class Pipeline(StrictModel):
     tasks: list[Task]
 
 
-# storage_mounts is not written by users: file_mounts holds buckets in the YAML.
-TASK_FIELDS = sorted(set(Task.model_fields) - {"storage_mounts"})
+# Fields orch fills in, never written by users (file_mounts holds buckets in the YAML).
+ORCH_FIELDS = {"storage_mounts": "buckets are written in file_mounts",
+               "staged": "orch stages workdir and file_mounts itself"}
+TASK_FIELDS = sorted(set(Task.model_fields) - set(ORCH_FIELDS))
 RESOURCES_FIELDS = sorted(Resources.model_fields)
 STORAGE_FIELDS = sorted(StorageMount.model_fields)
 
@@ -215,9 +221,9 @@ def parse_task(data: Any, source: str, base: Path | None = None, prefix: str = "
         data = {}
     if not isinstance(data, dict):
         raise SpecError(source, [(prefix.rstrip("."), "expected a mapping of task fields")])
-    if as_written and "storage_mounts" in data:  # orch's own field, not the YAML's
-        raise SpecError(source, [(prefix + "storage_mounts", "unknown field; buckets are "
-                                  "written in file_mounts")])
+    for field, why in ORCH_FIELDS.items():
+        if as_written and field in data:  # orch's own field, not the YAML's
+            raise SpecError(source, [(prefix + field, f"unknown field; {why}")])
     data, written = given_over(data, "envs", envs)
     data, written_secrets = given_over(data, "secrets", secrets)
     try:

@@ -54,6 +54,7 @@ PLAIN_ACTIVITIES: list[Callable[..., Any]] = [
     runtime.stop_ray,
     runtime.ray_healthy,
     runtime.jobs_activity,
+    runtime.head_jobs,
     managed_job.watch_job,
     *PLAIN_STORAGE_ACTIVITIES,
 ]

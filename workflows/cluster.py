@@ -40,10 +40,12 @@ with workflow.unsafe.imports_passed_through():
     from orch.clouds.base import InstanceStatus
     from orch.contracts.provision import QUERY_INSTANCES, InstancesRequest
     from orch.contracts.runtime import (
+        HEAD_JOBS,
         JOBS_ACTIVITY,
         RAY_HEALTHY,
         SUBMIT_JOB,
         SYNC_FILES,
+        HeadJobsRequest,
         HealthRequest,
         JobsActivity,
         NodesRequest,
@@ -56,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         CANCELLED,
         CANCELLED_MESSAGE,
         CLUSTER_WORKFLOW,
+        JOBS_UPDATE,
         PROGRESS_SIGNAL,
         SA_AUTOSTOP,
         SA_CLOUD,
@@ -70,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         ClusterRecord,
         DownRequest,
         ExecRequest,
+        JobsRequest,
         LaunchInput,
         LaunchProgress,
         LaunchRequest,
@@ -454,7 +458,7 @@ class ClusterWorkflow:
                 await workflow.execute_activity(
                     SYNC_FILES,
                     SyncRequest(info=self.state.info, workdir=task.workdir,
-                                file_mounts=task.file_mounts),
+                                file_mounts=task.file_mounts, staged=task.staged),
                     summary=on_nodes("sync workdir and file mounts", self.state.info),
                     **LONG_CALL,
                 )
@@ -477,6 +481,29 @@ class ClusterWorkflow:
                     f"{info.head.address}",
         )
         self.state.step = ""
+
+    # -- the head's job table ------------------------------------------------------------
+    @workflow.update(name=JOBS_UPDATE)
+    async def jobs(self, request: JobsRequest) -> list[JobRecord]:
+        """The head's job table, after the cancels ``request`` asks for (``orch queue``,
+        ``orch cancel``): read by an activity on a worker, so the CLI needs no way to the
+        head of its own. Takes no turn: it may run beside a launch or an exec."""
+        info = self.state.info
+        assert info is not None and info.head is not None
+        return await workflow.execute_activity(
+            HEAD_JOBS, HeadJobsRequest(head=info.head, cancel=request.cancel,
+                                       cancel_all=request.cancel_all),
+            result_type=list[JobRecord], **CLOUD_CALL,
+            summary=("cancel jobs and read" if request.cancel or request.cancel_all
+                     else "read") + f" the job table on the head {info.head.address}")
+
+    @jobs.validator
+    def _validate_jobs(self, request: JobsRequest) -> None:
+        self._require_not_gone()
+        if self.state.info is None or self.state.info.head is None:
+            raise ApplicationError(f"cluster {self.state.name} has no head node yet "
+                                   f"({self.state.status})", type="ClusterNotUp",
+                                   non_retryable=True)
 
     # -- stop, start, down --------------------------------------------------------------
     @workflow.update

@@ -154,7 +154,8 @@ class LaunchWorkflow:
             await self._report(LaunchProgress(step="syncing files"))
             await workflow.execute_activity(
                 SYNC_FILES,
-                SyncRequest(info=info, workdir=task.workdir, file_mounts=task.file_mounts),
+                SyncRequest(info=info, workdir=task.workdir, file_mounts=task.file_mounts,
+                            staged=task.staged),
                 **LONG_CALL, summary=on_nodes("sync workdir and file mounts", info),
             )
         if buckets:

@@ -2,8 +2,11 @@
 
 ``orch.client`` is the only part of ``orch/`` that knows Temporal. Cluster operations
 are Updates to the cluster's entity workflow (``cluster/<name>``), found by its
-registered name; job output and job tables are read from the cluster's head over a
-command runner, never through workflow histories.
+registered name. Job tables (``queue``, ``cancel``) come through the control plane: the
+cluster's ``jobs`` Update, whose activity reads the head on a worker. A cluster job's
+output (``logs``) is still read from the head over a command runner from this machine,
+never through workflow histories; managed jobs' output comes from the staging store
+(``orch.client.managed_jobs``).
 
     async with await Client.connect() as client:
         result = await client.launch(load_task("task.yaml"), "hello")
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
 import secrets
 import shlex
@@ -50,6 +52,7 @@ from orch.names import InvalidNameError, check_name, control_plane_hash, name_on
 from orch.optimizer import OptimizerError, plan
 from orch.records import (
     CLUSTER_WORKFLOW,
+    JOBS_UPDATE,
     MANAGED_JOB_WORKFLOW,
     SA_AUTOSTOP,
     SA_CLOUD,
@@ -65,6 +68,7 @@ from orch.records import (
     ClusterRecord,
     DownRequest,
     ExecRequest,
+    JobsRequest,
     LaunchRequest,
     LaunchResult,
     StartRequest,
@@ -78,7 +82,9 @@ from orch.runtime.runner import runner_for
 from orch.server import ControlPlane
 from orch.settings import load_settings
 from orch.spec import Task
+from orch.staging import stage_task
 from orch.status import ClusterStatus
+from orch.storage.errors import StorageError
 from orch.summaries import cluster_summary, task_details
 
 CONNECT_TIMEOUT_S = 60
@@ -242,6 +248,7 @@ class Client:
         is submitted. ``on_step`` is told each step and failover hop as it happens."""
         cluster = check_name(cluster or new_cluster_name(), "cluster")
         self.validate(task)
+        task = await self.stage(task, on_step)
         user, summary = requester(), cluster_summary(cluster, task)
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             CLUSTER_WORKFLOW,
@@ -289,6 +296,23 @@ class Client:
             plan(task, allowed_clouds=load_settings().allowed_clouds)
         except OptimizerError as err:
             raise OrchError(str(err), INVALID_RESOURCES) from None
+
+    @staticmethod
+    async def stage(task: Task, on_step: Callable[[str], None] | None = None) -> Task:
+        """``task`` with its workdir and local file mounts uploaded to the staging store
+        (``orch.staging``), where every worker reads them; a failure is an OrchError."""
+        try:
+            staged, reports = await asyncio.to_thread(stage_task, task,
+                                                      load_settings().staging)
+        except StorageError as err:
+            raise OrchError(f"staging the task's files: {err.message}", "StagingFailed"
+                            ) from None
+        for report in reports:
+            done = ("already staged" if report.reused
+                    else f"{report.uploaded} of {report.files} file(s) uploaded")
+            if on_step is not None:
+                on_step(f"staged {report.source} in {report.tree.root.uri} ({done})")
+        return staged
 
     async def _await_with_progress(
         self, cluster: str, update: WorkflowUpdateHandle[Any],
@@ -365,6 +389,7 @@ class Client:
     async def exec(self, cluster: str, task: Task) -> int:
         """Submit ``task``'s run command as a new job on an UP cluster; returns its id."""
         await self._require(cluster)
+        task = await self.stage(task)
         try:
             job_id: int = await self._handle(cluster).execute_update(
                 "exec", ExecRequest(task=task), result_type=int
@@ -436,18 +461,18 @@ class Client:
     def _jobs_command(head: NodeInfo, args: str) -> str:
         return f"{shlex.quote(head.python)} -m orch.runtime.jobs {args}"
 
-    async def _on_head(self, cluster: str, args: str) -> Any:
-        head = await self._head(cluster)
-
-        def run() -> Any:
-            with runner_for(head) as runner:
-                result = runner.check(self._jobs_command(head, args))
-            return json.loads(result.tail.splitlines()[-1])
-
-        return await asyncio.to_thread(run)
+    async def _job_table(self, cluster: str, request: JobsRequest) -> list[JobRecord]:
+        """The head's job table, read by a worker (the cluster's ``jobs`` Update)."""
+        await self._require(cluster)
+        try:
+            jobs: list[JobRecord] = await self._handle(cluster).execute_update(
+                JOBS_UPDATE, request, result_type=list[JobRecord])
+        except WorkflowUpdateFailedError as err:
+            raise update_failure(err) from None
+        return jobs
 
     async def queue(self, cluster: str) -> list[JobRecord]:
-        return [JobRecord.model_validate(j) for j in await self._on_head(cluster, "queue")]
+        return await self._job_table(cluster, JobsRequest())
 
     async def job(self, cluster: str, job_id: int) -> JobRecord | None:
         return next((j for j in await self.queue(cluster) if j.id == job_id), None)
@@ -455,8 +480,8 @@ class Client:
     async def cancel(
         self, cluster: str, job_ids: list[int] | None = None, all_jobs: bool = False
     ) -> list[JobRecord]:
-        args = "cancel --all" if all_jobs else "cancel " + " ".join(map(str, job_ids or []))
-        return [JobRecord.model_validate(j) for j in await self._on_head(cluster, args)]
+        return await self._job_table(cluster, JobsRequest(cancel=job_ids or [],
+                                                          cancel_all=all_jobs))
 
     async def logs(
         self, cluster: str, job_id: int, follow: bool = True,

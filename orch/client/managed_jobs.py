@@ -9,12 +9,11 @@ allocator workflow, one Update per launch. `queue` is one visibility query (each
 a ``JobSummary`` in its memo). Cancel is the workflow's ``cancel`` signal: the workflow
 tears the job's cluster down, gives its job slot back and ends CANCELLED.
 
-Output never goes through Temporal. `logs` shows, for each task and attempt in order: the
-attempt that is running now, streamed from its cluster's head over a command runner
-(``python -m orch.runtime.jobs logs``); every other attempt from the copy the worker's
-watch activity kept under ``$ORCH_HOME/managed_jobs/<id>/`` (the same directory as this
-client's with the embedded control plane; with remote workers those copies stay on the
-worker, and only the running attempt is shown here).
+Output never goes through Temporal, nor over SSH from here: the worker's watch activity
+copies each attempt's output to the staging store as it is written (``orch.job_output``),
+and `logs` reads it from there, following the running attempt by polling the store. An
+attempt the store has nothing of (a job from before output was stored) is read from the
+worker's copy under ``$ORCH_HOME/managed_jobs/<id>/`` when this machine has it.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import shlex
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -41,8 +39,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from orch.client import Client, OrchError
 from orch.client.attribution import requester, start_attributes
-from orch.clouds.base import NodeInfo
 from orch.config import orch_home
+from orch.job_output import OutputReader, attempt_output
 from orch.managed_jobs import (
     ALLOCATE_UPDATE,
     CANCEL_SIGNAL,
@@ -64,8 +62,6 @@ from orch.managed_jobs import (
 )
 from orch.names import check_name
 from orch.records import MANAGED_JOB_WORKFLOW
-from orch.runtime.commands import NodeUnreachableError
-from orch.runtime.runner import runner_for
 from orch.spec import Task
 from orch.summaries import job_summary, pipeline_details
 
@@ -83,11 +79,6 @@ class CancelOutcome(BaseModel):
     job_id: int
     requested: bool  # False: the job had already ended
     status: ManagedJobStatus | None = None  # its final status, when it had ended
-
-
-def _head_logs_command(head: NodeInfo, job_id: int, follow: bool) -> str:
-    return (f"{shlex.quote(head.python)} -m orch.runtime.jobs logs {job_id}"
-            + (" --follow" if follow else ""))
 
 
 class ManagedJobs:
@@ -140,6 +131,7 @@ class ManagedJobs:
             check_name(name, "managed job", kind="managed-job name")
         for task in tasks:
             Client.validate(task)
+        tasks = [await Client.stage(task) for task in tasks]
         job_id = await self.allocate_id()
         plane_hash = self.client.plane_hash
         summary = summarize(new_state(job_id, name, tasks, datetime.now(UTC), plane_hash))
@@ -224,9 +216,10 @@ class ManagedJobs:
         self, job_id: int, follow: bool = True, on_line: Callable[[str], None] = print,
         on_status: Callable[[ManagedJobState], None] | None = None,
     ) -> ManagedJobState:
-        """Print the output of every task and attempt in order; with ``follow``, keep
-        going (through recoveries and the next tasks) until the job ends. Returns the
-        job's last state. ``on_status`` is told each change of status."""
+        """Print the output of every task and attempt in order, from the staging store
+        (``orch.job_output``); with ``follow``, keep going (through recoveries and the
+        next tasks) until the job ends. Returns the job's last state. ``on_status`` is
+        told each change of status."""
         shown: set[tuple[int, int]] = set()
         seen: tuple[ManagedJobStatus, int] | None = None
         while True:
@@ -242,54 +235,44 @@ class ManagedJobs:
                     if several:
                         on_line(f"[orch] task {run.index + 1}/{len(state.runs)} "
                                 f"({run.name or '-'}), attempt {attempt}")
-                    live = (run.index == state.current_task and attempt == run.attempt
-                            and run.stage == TaskStage.WATCH and run.cluster_up)
-                    complete, printed = (await self._stream_from_head(run, follow, on_line)
-                                         if live else (False, 0))
-                    if not complete:
-                        self._print_saved(state.job_id, run, attempt, on_line, skip=printed)
+                    reader = OutputReader(attempt_output(job_id, run.index, attempt), on_line)
+                    if follow and _live(state, run.index, attempt):
+                        await self._follow(reader, job_id, run.index, attempt)
+                    elif not await asyncio.to_thread(reader.read_new):
+                        self._print_saved(state.job_id, run, attempt, on_line)
+                    reader.finish()
                     shown.add((run.index, attempt))
             if state.status.is_terminal or not follow:
                 return state
             await asyncio.sleep(FOLLOW_POLL_S)
 
-    @staticmethod
-    async def _stream_from_head(run: TaskRun, follow: bool,
-                                on_line: Callable[[str], None]) -> tuple[bool, int]:
-        """Stream the attempt's log from its head: (whether it all came, lines shown)."""
-        head = run.info.head if run.info is not None else None
-        if head is None:
-            return False, 0
-        command = _head_logs_command(head, run.cluster_job_id, follow)
-        printed = 0
-
-        def counted(line: str) -> None:
-            nonlocal printed
-            printed += 1
-            on_line(line)
-
-        def stream() -> bool:
-            try:
-                with runner_for(head) as runner:
-                    return runner.run(command, on_line=counted).ok
-            except NodeUnreachableError:
-                return False
-
-        complete = await asyncio.to_thread(stream)
-        return complete, printed
+    async def _follow(self, reader: OutputReader, job_id: int, task_index: int,
+                      attempt: int) -> None:
+        """Read the attempt's output as it arrives, until it is no longer running (its
+        watch stores the rest before the job's state moves on, so one last read has it)."""
+        while True:
+            await asyncio.to_thread(reader.read_new)
+            if not _live(await self.state(job_id), task_index, attempt):
+                await asyncio.to_thread(reader.read_new)
+                return
+            await asyncio.sleep(FOLLOW_POLL_S)
 
     @staticmethod
     def _print_saved(job_id: int, run: TaskRun, attempt: int,
-                     on_line: Callable[[str], None], skip: int = 0) -> None:
-        """The worker's copy of an attempt's output, past the ``skip`` lines shown."""
+                     on_line: Callable[[str], None]) -> None:
+        """An attempt the store has nothing of: the worker's copy, when this machine has
+        it (a job from before output was stored, on the embedded control plane)."""
         path = attempt_log_path(orch_home(), job_id, run.index, attempt)
-        try:
-            text = path.read_text(errors="replace")
-        except FileNotFoundError:
-            on_line(f"[orch] no copy of this attempt's output here ({path})")
-            return
-        for line in text.splitlines()[skip:]:
-            on_line(line)
+        with contextlib.suppress(FileNotFoundError):
+            for line in path.read_text(errors="replace").splitlines():
+                on_line(line)
+
+
+def _live(state: ManagedJobState, task_index: int, attempt: int) -> bool:
+    """Whether the attempt may still write output: it is the one running now."""
+    run = state.runs[task_index]
+    return (not state.status.is_terminal and task_index == state.current_task
+            and attempt == run.attempt and run.stage in (TaskStage.LAUNCH, TaskStage.WATCH))
 
 
 def _mark_ended_early(job: JobSummary | ManagedJobState,

@@ -8,6 +8,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from orch.clouds.base import ClusterInfo, NodeInfo
+from orch.contracts.staging import StagedFiles
 from orch.runtime.job_records import JobSpec
 from orch.secret import Secret
 
@@ -19,6 +20,7 @@ RUN_SETUP = "run_setup"
 SUBMIT_JOB = "submit_job"
 RAY_HEALTHY = "ray_healthy"
 JOBS_ACTIVITY = "jobs_activity"
+HEAD_JOBS = "head_jobs"
 STOP_RAY = "stop_ray"
 
 
@@ -32,9 +34,14 @@ class StartRayRequest(BaseModel):
 
 
 class SyncRequest(BaseModel):
+    """The task's workdir and file mounts to copy to every node: from the staging store
+    when ``staged`` (orch.staging), else (a history from before staging) from these paths
+    on the worker's own disk."""
+
     info: ClusterInfo
     workdir: str | None = None
     file_mounts: dict[str, str] = Field(default_factory=dict)
+    staged: StagedFiles | None = None
 
 
 class SetupRequest(BaseModel):
@@ -55,6 +62,14 @@ class SubmitRequest(BaseModel):
 class HealthRequest(BaseModel):
     info: ClusterInfo
     gcs_address: str
+
+
+class HeadJobsRequest(BaseModel):
+    """Read the head's job table, after cancelling ``cancel`` (or every job)."""
+
+    head: NodeInfo
+    cancel: list[int] = Field(default_factory=list)
+    cancel_all: bool = False
 
 
 class JobsActivity(BaseModel):

@@ -19,6 +19,7 @@ nodes the storage account key; ``env_auth`` (the node's managed identity) withou
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -160,6 +161,17 @@ class AzureBlobStore:
                 md5 = blob.content_settings.content_md5
                 yield ObjectInfo(key=blob.name, size=blob.size,
                                  md5=bytes(md5).hex() if md5 else None)
+
+    def put(self, bucket: BucketRef, key: str, data: bytes) -> None:
+        md5 = hashlib.md5(data, usedforsecurity=False).digest()
+        with azure_errors(bucket.name):
+            self._container(bucket).upload_blob(
+                key, data, overwrite=True,
+                content_settings=ContentSettings(content_md5=bytearray(md5)))
+
+    def download(self, bucket: BucketRef, key: str, target: Path) -> None:
+        with azure_errors(bucket.name), target.open("wb") as out:
+            self._container(bucket).download_blob(key, max_concurrency=4).readinto(out)
 
     def delete(self, bucket: BucketRef) -> bool:
         """Azure removes the blobs with the container (the name is then unusable for a

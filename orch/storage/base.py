@@ -118,6 +118,13 @@ class Store(Protocol):
     def list(self, bucket: BucketRef) -> Iterator[ObjectInfo]:
         """Every object under ``bucket.prefix``, keys relative to the bucket."""
 
+    def put(self, bucket: BucketRef, key: str, data: bytes) -> None:
+        """Write one small object (a chunk of a job's output) whole, replacing any."""
+
+    def download(self, bucket: BucketRef, key: str, target: Path) -> None:
+        """Write the object ``key`` (relative to the bucket, as :meth:`list` gives it) to
+        ``target``, overwriting it; the caller writes beside its final path and renames."""
+
     def rclone_remote(self, bucket: BucketRef) -> RcloneRemote: ...
 
     def rclone_secrets(self, bucket: BucketRef) -> dict[str, str]:

@@ -166,6 +166,14 @@ class GCSStore:
                 yield ObjectInfo(key=blob.name, size=blob.size or 0,
                                  md5=hex_from_b64(blob.md5_hash))
 
+    def put(self, bucket: BucketRef, key: str, data: bytes) -> None:
+        with gcs_errors(bucket.name):
+            self._bucket(bucket).blob(key).upload_from_string(data, checksum="md5")
+
+    def download(self, bucket: BucketRef, key: str, target: Path) -> None:
+        with gcs_errors(bucket.name):
+            self._bucket(bucket).blob(key).download_to_filename(str(target), checksum="md5")
+
     def delete(self, bucket: BucketRef) -> bool:
         """Objects first (``Bucket.delete(force=True)`` stops at 256), in parallel."""
         try:

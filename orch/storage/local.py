@@ -104,17 +104,27 @@ class LocalStore:
         files = local_files(source, bucket.prefix)
 
         def put(file: LocalFile, _md5: bytes) -> None:
-            target = bucket_dir / file.key
-            with _os_errors(bucket):
-                target.parent.mkdir(parents=True, exist_ok=True)
-                part = target.parent / f"{_PART}{uuid.uuid4().hex}"
-                try:
-                    shutil.copyfile(file.path, part)
-                    os.replace(part, target)
-                finally:
-                    part.unlink(missing_ok=True)
+            self._write(bucket, bucket_dir / file.key,
+                        lambda part: shutil.copyfile(file.path, part))
 
         return upload_files(files, self.list(bucket), put, progress, self.workers)
+
+    @staticmethod
+    def _write(bucket: BucketRef, target: Path, fill: Callable[[Path], object]) -> None:
+        """``fill`` a file beside ``target``, then rename it into place."""
+        with _os_errors(bucket):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            part = target.parent / f"{_PART}{uuid.uuid4().hex}"
+            try:
+                fill(part)
+                os.replace(part, target)
+            finally:
+                part.unlink(missing_ok=True)
+
+    def put(self, bucket: BucketRef, key: str, data: bytes) -> None:
+        self._existing(bucket)
+        self._write(bucket, self._prefix_dir(bucket.model_copy(update={"prefix": key})),
+                    lambda part: part.write_bytes(data))
 
     def list(self, bucket: BucketRef) -> Iterator[ObjectInfo]:
         bucket_dir = self._existing(bucket)
@@ -127,6 +137,11 @@ class LocalStore:
                         continue
                     yield ObjectInfo(key=path.relative_to(bucket_dir).as_posix(),
                                      size=path.stat().st_size, md5=file_md5(path).hex())
+
+    def download(self, bucket: BucketRef, key: str, target: Path) -> None:
+        source = self._prefix_dir(bucket.model_copy(update={"prefix": key}))
+        with _os_errors(bucket):
+            shutil.copyfile(source, target)
 
     def rclone_remote(self, bucket: BucketRef) -> RcloneRemote:
         return RcloneRemote(type="local", options={}, path=str(self._prefix_dir(bucket)))

@@ -20,6 +20,7 @@ copies ``~/.aws/credentials`` to its nodes.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import threading
@@ -146,9 +147,7 @@ class S3Store:
                    progress: Callable[[UploadProgress], None] | None = None) -> UploadReport:
         existing = list(self.list(bucket))
         files = local_files(source, bucket.prefix)
-        transfer = S3Transfer(self._client(bucket), TransferConfig(
-            multipart_threshold=self.part_size, multipart_chunksize=self.part_size,
-            max_concurrency=4))
+        transfer = self._transfer(bucket)
 
         def put(file: LocalFile, md5: bytes) -> None:
             with s3_errors(bucket.name):
@@ -168,6 +167,21 @@ class S3Store:
                     md5 = (etag if _PLAIN_MD5.fullmatch(etag)
                            else self._metadata_md5(client, bucket.name, item["Key"]))
                     yield ObjectInfo(key=item["Key"], size=item["Size"], md5=md5)
+
+    def _transfer(self, bucket: BucketRef) -> S3Transfer:
+        return S3Transfer(self._client(bucket), TransferConfig(
+            multipart_threshold=self.part_size, multipart_chunksize=self.part_size,
+            max_concurrency=4))
+
+    def put(self, bucket: BucketRef, key: str, data: bytes) -> None:
+        with s3_errors(bucket.name):
+            self._client(bucket).put_object(
+                Bucket=bucket.name, Key=key, Body=data,
+                Metadata={MD5_METADATA: b64(hashlib.md5(data, usedforsecurity=False).digest())})
+
+    def download(self, bucket: BucketRef, key: str, target: Path) -> None:
+        with s3_errors(bucket.name):
+            self._transfer(bucket).download_file(bucket.name, key, str(target))
 
     @staticmethod
     def _metadata_md5(client: Any, name: str, key: str) -> str | None:

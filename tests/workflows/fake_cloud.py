@@ -26,6 +26,7 @@ from orch.clouds.base import ClusterInfo, InstanceStatus, NodeInfo, ProvisionRec
 from orch.contracts.plan import PlanRequest
 from orch.contracts.provision import InstancesRequest, ProvisionRequest, WaitGoneRequest
 from orch.contracts.runtime import (
+    HeadJobsRequest,
     HealthRequest,
     JobsActivity,
     NodesRequest,
@@ -104,6 +105,7 @@ class FakeCloud:
         self.calls: list[str] = []
         self.failures: dict[str, list[ApplicationError]] = defaultdict(list)
         self.submitted: list[int] = []
+        self.cancelled: set[int] = set()
         self.specs: list[JobSpec] = []  # what each submit_job was given
         self.nodes_asked: list[int] = []  # num_nodes of each run_instances
         self.gates: dict[str, asyncio.Event] = {}
@@ -281,7 +283,18 @@ class FakeCloud:
             await self._enter("jobs_activity")
             return self.jobs
 
+        @activity.defn(name="head_jobs")
+        async def head_jobs(request: HeadJobsRequest) -> list[JobRecord]:
+            """The submitted jobs, RUNNING, or CANCELLED once a request cancelled them."""
+            await self._enter("head_jobs")
+            cancelled = set(self.submitted if request.cancel_all else request.cancel)
+            self.cancelled |= cancelled
+            return [JobRecord(id=i, status=JobStatus.CANCELLED if i in self.cancelled
+                              else JobStatus.RUNNING,
+                              submitted_at=datetime(2026, 1, 1, tzinfo=UTC))
+                    for i in self.submitted]
+
         return [plan_candidates, check_quota, run_instances, wait_running, get_cluster_info,
                 terminate_instances, stop_instances, wait_instances_gone, cleanup_ports,
                 wait_for_nodes, setup_runtime, start_ray, sync_files, run_setup, submit_job,
-                stop_ray, query_instances, ray_healthy, jobs_activity]
+                stop_ray, query_instances, ray_healthy, jobs_activity, head_jobs]

@@ -14,9 +14,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from orch.clouds.base import InstanceStatus
 from orch.records import (
+    JOBS_UPDATE,
     ClusterRecord,
     DownRequest,
     ExecRequest,
+    JobsRequest,
     LaunchRequest,
     LaunchResult,
     Placement,
@@ -25,8 +27,9 @@ from orch.records import (
     TeardownInput,
     TeardownResult,
 )
+from orch.runtime.job_records import JobRecord
 from orch.spec import Task
-from orch.status import ClusterStatus
+from orch.status import ClusterStatus, JobStatus
 from tests.workflows.fake_cloud import ClusterTestbed, FakeCloud, fake_cloud_worker
 from tests.workflows.histories import save_with_children
 from workflows.cluster import ClusterWorkflow
@@ -224,6 +227,25 @@ async def test_exec_submits_a_new_job_and_is_refused_unless_up(harness: Harness)
     job_id = await handle.execute_update(ClusterWorkflow.exec, ExecRequest(task=Task(run="x")))
 
     assert job_id == 2
+
+
+async def test_the_job_table_is_read_and_jobs_cancelled_through_the_workflow(
+    harness: Harness,
+) -> None:
+    handle = await harness.cluster()
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(JOBS_UPDATE, JobsRequest())
+    assert "has no head node yet" in str(refused.value.cause)
+
+    await harness.launch(handle)
+    await handle.execute_update(ClusterWorkflow.exec, ExecRequest(task=Task(run="x")))
+    table = await handle.execute_update(JOBS_UPDATE, JobsRequest(),
+                                        result_type=list[JobRecord])
+    assert [(j.id, j.status) for j in table] == [(1, JobStatus.RUNNING), (2, JobStatus.RUNNING)]
+    table = await handle.execute_update(JOBS_UPDATE, JobsRequest(cancel=[2]),
+                                        result_type=list[JobRecord])
+    assert [j.status for j in table] == [JobStatus.RUNNING, JobStatus.CANCELLED]
+    assert harness.cloud.cancelled == {2}
 
 
 async def test_down_tears_down_and_ends_the_workflow(harness: Harness) -> None:

@@ -1,0 +1,95 @@
+"""A managed job's output in the staging store (``orch.staging``), so that ``orch jobs
+logs`` reads it from there, not over SSH from the CLI's machine to a head (a laptop
+talking to remote workers has no key for it), and not through workflow histories (an
+activity's result is recorded there).
+
+The worker's watch (``activities/managed_job.py``) copies each attempt's output from the
+head to its own disk as it is written, and from there to the store every
+:data:`FLUSH_EVERY_S` and before it returns: one object per flush, named by the byte
+offset where it starts::
+
+    <staging prefix>/output/jobs/<job id>/task-<i>.attempt-<n>/<offset, 16 digits>
+
+A watch resumed on another worker starts its copy again from an earlier offset, so
+objects may overlap; :class:`OutputReader` reads them in order of offset and skips bytes
+it has given already, so each byte is shown once.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from orch.settings import load_settings
+from orch.staging import staging_root
+from orch.storage import get_store
+from orch.storage.base import BucketRef, Store
+
+FLUSH_EVERY_S = 2.0
+_OFFSET_DIGITS = 16
+
+
+def attempt_output(job_id: int, task_index: int, attempt: int,
+                   root: BucketRef | None = None) -> BucketRef:
+    """Where one attempt's output goes: the configured staging store, under ``output/``."""
+    root = root or staging_root(load_settings().staging)
+    prefix = "/".join(p for p in (root.prefix.strip("/"), "output", "jobs", str(job_id),
+                                  f"task-{task_index}.attempt-{attempt}") if p)
+    return root.model_copy(update={"prefix": prefix})
+
+
+def chunk_key(where: BucketRef, offset: int) -> str:
+    return f"{where.prefix}/{offset:0{_OFFSET_DIGITS}d}"
+
+
+def store_chunk(store: Store, where: BucketRef, offset: int, data: bytes) -> None:
+    """Write the output bytes that start at ``offset``; the bucket is made if missing."""
+    bucket = where.model_copy(update={"prefix": ""})
+    if not store.exists(bucket):
+        store.create(bucket)
+    store.put(where, chunk_key(where, offset), data)
+
+
+class OutputReader:
+    """Reads one attempt's output from the store, a line at a time, each byte once."""
+
+    def __init__(self, where: BucketRef, on_line: Callable[[str], None]):
+        self.where = where
+        self.on_line = on_line
+        self.store = get_store(where.store)
+        self.offset = 0  # bytes given so far
+        self.partial = b""  # the last line, until its newline arrives
+
+    def read_new(self) -> int:
+        """Give the lines that arrived since the last call; returns how many bytes came
+        (0 for an attempt with no output in the store yet)."""
+        if not self.store.exists(self.where.model_copy(update={"prefix": ""})):
+            return 0
+        chunks = sorted((int(o.key.rsplit("/", 1)[-1]), o.key, o.size)
+                        for o in self.store.list(self.where))
+        before = self.offset
+        for start, key, size in chunks:
+            if start + size <= self.offset:
+                continue
+            data = self._read(key)
+            self._give(data[max(0, self.offset - start):])
+            self.offset = max(self.offset, start + len(data))
+        return self.offset - before
+
+    def _read(self, key: str) -> bytes:
+        with tempfile.TemporaryDirectory(prefix="orch-output-") as tmp:
+            target = Path(tmp) / "chunk"
+            self.store.download(self.where, key, target)
+            return target.read_bytes()
+
+    def _give(self, data: bytes) -> None:
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        for line in lines:
+            self.on_line(line.decode(errors="replace"))
+
+    def finish(self) -> None:
+        """Give the last line, which has no newline."""
+        if self.partial:
+            self.on_line(self.partial.decode(errors="replace"))
+            self.partial = b""
