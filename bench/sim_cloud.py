@@ -25,6 +25,13 @@ from tests.fakes.sshd import Sshd, keygen, unavailable_reason
 # sshd takes at most this many connections being set up at once (the default 10:30:100
 # refuses a ramp of watches reconnecting together).
 MAX_STARTUPS = "200:30:400"
+# sshd runs the ForceCommand with the user's shell, and bash run by sshd as a top-level
+# shell reads ~/.bashrc, this machine's user's: here root's, whose `pyenv init` runs
+# pyenv-rehash, tens of milliseconds of CPU and a lock, for every command of every
+# simulated head (with 2,000 watches, more than the machine's two cores). A cloud image's
+# .bashrc returns at once for non-interactive shells; a shell level of 2 makes bash skip
+# it here, so a head's command costs what it would on a head.
+NOT_TOP_LEVEL = "SHLVL=1"
 
 
 def regions(count: int, zones: int = 1, capacity: int = 100_000) -> dict[str, SimRegion]:
@@ -52,7 +59,8 @@ class SimCloud:
         self.sshd = Sshd(directory / "sshd", key.with_suffix(".pub"), listen="0.0.0.0",
                          extra_config=(f"AllowUsers {user}@127.0.0.0/8\n"
                                        f"ForceCommand {shell}\n"
-                                       f"MaxStartups {MAX_STARTUPS}\n"))
+                                       f"MaxStartups {MAX_STARTUPS}\n"
+                                       f"SetEnv {NOT_TOP_LEVEL}\n"))
         self.config = SimConfig(regions=regions, latency_s=latency_s or {}, boot_s=boot_s,
                                 ssh_port=self.sshd.port, ssh_user=user,
                                 ssh_key_path=str(key), python=str(python))
