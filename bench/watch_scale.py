@@ -8,9 +8,11 @@ through the provider, no Temporal), a RUNNING job in each head's job table, then
 workflows that each run orch's ``watch_job`` activity, as ManagedJobWorkflow does (same
 options: heartbeat timeout, retry policy), on a worker with the production worker's slot
 settings. Each watch long-polls its head over SSH (one local sshd serving every simulated
-head) and runs the head's real job CLI. Measured over ``--window`` seconds with all N
-watching: CPU of the dev server and of the worker (this process), worker RSS, Temporal
-actions per second; then ``--ended`` jobs end on their heads and the time until their
+head) and runs the head's real job CLI. Once every head has answered its watch's first
+poll (``all_polling_s`` after the first start), and ``SETTLE_S`` more, measured over
+``--window`` seconds: CPU of the dev server and of the worker (this process), worker
+RSS, Temporal actions per second, CPU of the simulated heads (what the nodes of a real
+cloud would spend); then ``--ended`` jobs end on their heads and the time until their
 watches report it. Baseline in the same run: the idle control plane. Nothing asserted;
 the last line is JSON. As root, from the repository root:
 
@@ -59,6 +61,7 @@ from workflows.managed_job import WATCH_CALL
 
 TASK_QUEUE = "bench-watch-scale"
 AT_ONCE = 50
+SETTLE_S = 30.0  # after the last first poll, before the window: the ramp's tail
 
 
 @workflow.defn
@@ -91,6 +94,16 @@ def make_heads(cloud: SimCloud, n: int) -> list[WatchRequest]:
     return requests
 
 
+async def first_polls(cloud: SimCloud, requests: list[WatchRequest]) -> None:
+    """Until every head has answered its watch's first poll (the poll marks the job)."""
+    provider = cloud.provider()
+    unpolled = [jobs.job_dir(1, provider.node_home(r.head.internal_ip) / jobs.JOBS_PATH)
+                / jobs.POLLED_MARK for r in requests]
+    while unpolled:
+        await asyncio.sleep(5)
+        unpolled = [mark for mark in unpolled if not mark.exists()]
+
+
 async def measure(address: str, server_pid: int, metrics_port: int, cloud: SimCloud,
                   requests: list[WatchRequest], window: float, ended: int) -> dict[str, Any]:
     client = await TemporalClient.connect(address, data_converter=orch_data_converter())
@@ -112,7 +125,9 @@ async def measure(address: str, server_pid: int, metrics_port: int, cloud: SimCl
         started = time.monotonic()
         await asyncio.gather(*(start(r) for r in requests))
         figures["start_s"] = round(time.monotonic() - started, 1)
-        await asyncio.sleep(60)  # every watch has connected and made its first poll
+        await first_polls(cloud, requests)
+        figures["all_polling_s"] = round(time.monotonic() - started, 1)
+        await asyncio.sleep(SETTLE_S)
         actions, busy = server_actions(metrics_port), CpuWindow(pids)
         heads = HeadsCpu(cloud.sshd_pid())
         await asyncio.sleep(window)
