@@ -150,10 +150,9 @@ async def measure(address: str, server_pid: int, metrics_port: int, cloud: SimCl
             seen.append(time.time() - at)
         figures["end_seen_p50_s"] = round(percentile(seen, 50), 2)
         figures["end_seen_max_s"] = round(max(seen), 2)
-    # After the worker stopped (its watches cancelled): terminating a workflow whose watch
-    # still runs would have the worker report each watch's end to a closed workflow.
-    await asyncio.gather(*(client.get_workflow_handle(f"watch-{r.job_id}").terminate()
-                           for r in requests[ended:]))
+    # The other watches are left to the worker's shutdown (which cancels them) and the
+    # dev server's (whose database goes with the run's directory): terminating 2,000
+    # workflows at once outlasts the RPC timeout on a loaded machine.
     return figures
 
 
