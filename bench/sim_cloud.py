@@ -25,6 +25,13 @@ from tests.fakes.sshd import Sshd, keygen, unavailable_reason
 # sshd takes at most this many connections being set up at once (the default 10:30:100
 # refuses a ramp of watches reconnecting together).
 MAX_STARTUPS = "200:30:400"
+# sshd runs the ForceCommand with the user's shell, and bash run by sshd as a top-level
+# shell reads ~/.bashrc, this machine's user's: here root's, whose `pyenv init` runs
+# pyenv-rehash, tens of milliseconds of CPU and a lock, for every command of every
+# simulated head (with 2,000 watches, more than the machine's two cores). A cloud image's
+# .bashrc returns at once for non-interactive shells; a shell level of 2 makes bash skip
+# it here, so a head's command costs what it would on a head.
+NOT_TOP_LEVEL = "SHLVL=1"
 
 
 def regions(count: int, zones: int = 1, capacity: int = 100_000) -> dict[str, SimRegion]:
@@ -52,7 +59,8 @@ class SimCloud:
         self.sshd = Sshd(directory / "sshd", key.with_suffix(".pub"), listen="0.0.0.0",
                          extra_config=(f"AllowUsers {user}@127.0.0.0/8\n"
                                        f"ForceCommand {shell}\n"
-                                       f"MaxStartups {MAX_STARTUPS}\n"))
+                                       f"MaxStartups {MAX_STARTUPS}\n"
+                                       f"SetEnv {NOT_TOP_LEVEL}\n"))
         self.config = SimConfig(regions=regions, latency_s=latency_s or {}, boot_s=boot_s,
                                 ssh_port=self.sshd.port, ssh_user=user,
                                 ssh_key_path=str(key), python=str(python))
@@ -76,6 +84,11 @@ class SimCloud:
 
     def provider(self) -> SimulatedProvider:
         return SimulatedProvider(self.directory)
+
+    def sshd_pid(self) -> int:
+        """The listening sshd's process id (every head's sessions are its descendants)."""
+        assert self.sshd.process is not None, "the cloud is not entered"
+        return self.sshd.process.pid
 
     def end_jobs(self, status: JobStatus = JobStatus.SUCCEEDED, job_id: int = 1) -> int:
         """End job ``job_id`` on every cluster's head; returns how many ended."""
@@ -135,3 +148,45 @@ class CpuWindow:
         wall = time.monotonic() - self.started
         return {name: (cpu_seconds(pid) - self.start[name]) / wall
                 for name, pid in self.pids.items()}
+
+
+def _stat_fields(pid: str) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of ``root``'s live descendants, each with its reaped children's (a
+    command that ended counts once its session's sshd or shell has waited for it)."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = _stat_fields(entry.name)
+        except OSError:  # ended meanwhile
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        times[int(entry.name)] = sum(int(f) for f in fields[11:15]) / tick
+    total = 0.0
+    for pid, spent in times.items():
+        ancestor = parents.get(pid)
+        while ancestor and ancestor != root:
+            ancestor = parents.get(ancestor)
+        total += spent if ancestor == root else 0.0
+    return total
+
+
+class HeadsCpu:
+    """CPU of the simulated heads (the sshd's sessions and what they run) over a window of
+    wall time, as a fraction of one core: what a real cloud's nodes would spend."""
+
+    def __init__(self, sshd_pid: int) -> None:
+        self.sshd_pid = sshd_pid
+        self.started = time.monotonic()
+        self.start = tree_cpu_seconds(sshd_pid)
+
+    def fraction(self) -> float:
+        wall = time.monotonic() - self.started
+        return (tree_cpu_seconds(self.sshd_pid) - self.start) / wall

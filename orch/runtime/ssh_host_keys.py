@@ -58,6 +58,32 @@ def load_known_hosts(path: Path | None = None) -> paramiko.HostKeys:
     return keys
 
 
+# known_hosts as this process last parsed it, by path: (the file's version, its keys).
+# Every new connection checks its host's key, and parsing the whole file each time costs
+# O(hosts) per connection: 2,000 watches connecting at once (a worker's restart) spent
+# seconds of the event loop's CPU re-reading a file of 2,000 lines.
+_PARSED: dict[Path, tuple[tuple[int, int, int], paramiko.HostKeys]] = {}
+
+
+def _file_version(path: Path) -> tuple[int, int, int]:
+    """What changes when the file does: appended to (size, mtime) or replaced (inode)."""
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _recorded_keys(path: Path) -> paramiko.HostKeys:
+    """The keys in ``path``, parsed again only if the file changed since this process last
+    read or wrote it. Call with the file locked (it may be changed only under the lock)."""
+    if not path.exists():
+        _PARSED.pop(path, None)
+        return paramiko.HostKeys()
+    version = _file_version(path)
+    parsed = _PARSED.get(path)
+    if parsed is None or parsed[0] != version:
+        parsed = _PARSED[path] = (version, load_known_hosts(path))
+    return parsed[1]
+
+
 def changed_key_error(hostname: str, shown: paramiko.PKey) -> HostKeyChangedError:
     return HostKeyChangedError(
         f"host key for {hostname} changed: it now shows {shown.get_name()} "
@@ -72,13 +98,16 @@ def check_host_key(hostname: str, key: paramiko.PKey) -> None:
     raise :class:`HostKeyChangedError` otherwise."""
     with _known_hosts_locked() as path:
         # Another process may have recorded this host since the caller read the file.
-        recorded = load_known_hosts(path).lookup(hostname)
+        keys = _recorded_keys(path)
+        recorded = keys.lookup(hostname)
         if recorded is not None:
             if recorded.get(key.get_name()) == key:
                 return
             raise changed_key_error(hostname, key)
         with open(path, "a") as known_hosts:
             known_hosts.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        keys.add(hostname, key.get_name(), key)
+        _PARSED[path] = (_file_version(path), keys)  # the file is what was read plus this
     log.info("recorded host key %s %s for %s", key.get_name(), key.fingerprint, hostname)
 
 
