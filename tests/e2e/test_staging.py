@@ -58,6 +58,7 @@ class OtherHost:
         self.home = root / "home"
         self.orch_home = self.home / ".orch"
         self.orch_home.mkdir(parents=True)
+        hidden.mkdir(parents=True, exist_ok=True)  # the mount point, before the worker mounts
         worker_env = {**env, "HOME": str(self.home), "ORCH_HOME": str(self.orch_home),
                       "TEMPORAL_ADDRESS": address, "PYTHONUNBUFFERED": "1"}
         script = (f"mount -t tmpfs none {hidden} && exec {sys.executable} -m workers "
