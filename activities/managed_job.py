@@ -16,7 +16,8 @@ output outlives its cluster (``orch jobs logs`` shows it after a preemption). Th
 commands go over one SSH connection per head, held in the worker's event loop with every
 other watch's (``orch.runtime.ssh_async``): no thread per job, per connection or per poll.
 
-Preemption: when the head cannot be read, when the job failed, and every
+Preemption: when the head cannot be read, when the job ended other than SUCCEEDED
+(``failure_grace_s`` later), and every
 ``instance_check_s`` (5 min) anyway, the cloud is asked (``query_instances``, in a thread:
 cloud SDKs block) whether all the cluster's instances are still RUNNING; if not, the
 result is CLUSTER_LOST. A head that stays unreadable for ``unreachable_limit_s`` while its
@@ -53,11 +54,12 @@ from orch.clouds.errors import ProvisionError
 from orch.config import orch_home
 from orch.contracts.watch import WATCH_JOB, WatchOutcome, WatchRequest, WatchResult
 from orch.job_output import FLUSH_EVERY_S, attempt_output, store_chunk
-from orch.managed_jobs import RESTARTABLE, attempt_log_path
+from orch.managed_jobs import attempt_log_path
 from orch.runtime.commands import NodeUnreachableError
 from orch.runtime.job_records import JobPoll
 from orch.runtime.jobs import UNCHANGED_EXIT, wait_then_poll_command
 from orch.runtime.ssh_async import run_on_node
+from orch.status import JobStatus
 from orch.storage import get_store
 from orch.storage.errors import StorageError
 
@@ -168,12 +170,22 @@ async def check_once(request: WatchRequest, progress: WatchProgress, log: Path,
     if status.is_terminal:
         if not polled.eof:
             return None, Next.NOW  # copy the rest of the output first
-        lost = await _ask_cloud(request) if status in RESTARTABLE else None
+        lost = await _lost_under(request, status)
         if lost:
             return WatchResult(outcome=WatchOutcome.CLUSTER_LOST,
                                detail=f"the job ended {status} and {lost}"), Next.NOW
         return WatchResult(outcome=WatchOutcome.JOB_ENDED, job_status=status), Next.NOW
     return await _instance_check(request, progress, now), Next.WAIT if polled.eof else Next.NOW
+
+
+async def _lost_under(request: WatchRequest, status: JobStatus) -> str | None:
+    """Why the cluster of a job that ended ``status`` is lost, or None. Any end but
+    SUCCEEDED may be the cluster's (a node gone kills its ranks; a shutdown signals the
+    driver), so the cloud is asked, ``failure_grace_s`` later."""
+    if status == JobStatus.SUCCEEDED:
+        return None
+    await asyncio.sleep(request.failure_grace_s)
+    return await _ask_cloud(request)
 
 
 async def _instance_check(request: WatchRequest, progress: WatchProgress,

@@ -28,6 +28,10 @@ class WatchRequest(BaseModel):
     poll_interval_s: float = DEFAULT_POLL_S  # the longest a long poll waits on the head
     instance_check_s: float = 300.0  # cloud API calls: rare (a failed job or head checks too)
     unreachable_limit_s: float = 300.0
+    # A job that ended other than SUCCEEDED waits this long before the cloud is asked
+    # whether its cluster is whole: a preempted machine's shutdown signals the job before
+    # its instance leaves RUNNING (SkyPilot's jobs controller waits 5 s for a failure).
+    failure_grace_s: float = 5.0
 
 
 class WatchOutcome(StrEnum):

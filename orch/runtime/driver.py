@@ -188,7 +188,7 @@ def main() -> None:
 
     def on_sigterm(signum: int, frame: object) -> None:
         driver.cancel()
-        jobs.update(spec.id, status=JobStatus.CANCELLED, ended_at=jobs.now())
+        jobs.record_signalled_end(spec.id)
         os._exit(0)
 
     try:

@@ -42,6 +42,7 @@ FOLLOW_POLL_S = 0.2
 POLLED_MARK = ".polled"
 POLLED_SLACK_NS = 20_000_000
 WATCHER_GONE = 0  # wait_then_poll's exit code when its stdin closed (nobody reads the answer)
+CANCEL_REQUESTED = "cancel-requested"  # in a job's directory: cancel() signalled its driver
 
 
 def job_dir(job_id: int, root: Path = JOBS_DIR) -> Path:
@@ -159,12 +160,25 @@ def record_setup_failure(job_id: int, name: str | None, output: str) -> JobRecor
         return record
 
 
+def record_signalled_end(job_id: int, root: Path = JOBS_DIR) -> None:
+    """Record how a job whose driver got SIGTERM ended: CANCELLED when :func:`cancel` sent
+    it; otherwise the machine is going away under the job (a preempted or stopped node's
+    shutdown signals every process before its cloud reports the instance gone), which is
+    no cancel: FAILED_DRIVER, which a managed job's watch checks against the cloud."""
+    if (job_dir(job_id, root) / CANCEL_REQUESTED).exists():
+        update(job_id, root=root, status=JobStatus.CANCELLED, ended_at=now())
+    else:
+        update(job_id, root=root, status=JobStatus.FAILED_DRIVER, ended_at=now(),
+               message="the job's driver was terminated (SIGTERM) by the node")
+
+
 def cancel(job_id: int) -> JobRecord | None:
     record = read(job_id)
     if record is None or record.status.is_terminal:
         return record
     if alive(record.driver_pid):
         assert record.driver_pid is not None
+        (job_dir(job_id) / CANCEL_REQUESTED).touch()  # before the signal: see record_signalled_end
         # The driver cancels its Ray tasks, which kill the user's processes.
         os.killpg(record.driver_pid, signal.SIGTERM)
         deadline = time.monotonic() + 15

@@ -24,7 +24,9 @@ from tests.e2e.conftest import Orch, wait_for
 pytestmark = pytest.mark.e2e
 KEYS: dict[str, Callable[[str], Any]] = {"Keyword": SearchAttributeKey.for_keyword,
                                          "Text": SearchAttributeKey.for_text,
-                                         "Int": SearchAttributeKey.for_int}
+                                         "Int": SearchAttributeKey.for_int,
+                                         "KeywordList": SearchAttributeKey.for_keyword_list,
+                                         "Bool": SearchAttributeKey.for_bool}
 
 
 def test_two_homes_run_side_by_side_on_their_own_ports(orch: Orch, tmp_path: Path) -> None:
@@ -118,7 +120,8 @@ def test_a_database_from_an_older_orch_gains_the_search_attributes_added_since(
 
 async def start_with_every_attribute(address: str) -> None:
     client = await Client.connect(address)
-    values: dict[str, object] = {"Keyword": "x", "Text": "x y", "Int": 1}
+    values: dict[str, object] = {"Keyword": "x", "Text": "x y", "Int": 1,
+                                  "KeywordList": ["x", "y"], "Bool": True}
     pairs = [SearchAttributePair(KEYS[kind](name), values[kind])
              for name, kind in SEARCH_ATTRIBUTES.items()]
     handle = await client.start_workflow("NoSuchWorkflow", id="every-attribute",

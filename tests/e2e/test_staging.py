@@ -63,7 +63,8 @@ class OtherHost:
                       "TEMPORAL_ADDRESS": address, "PYTHONUNBUFFERED": "1"}
         script = (f"mount -t tmpfs none {hidden} && exec {sys.executable} -m workers "
                   f"--address {address}")
-        self.log = (root / "worker.log").open("wb")
+        self.log_path = root / "worker.log"
+        self.log = self.log_path.open("wb")
         self.process = subprocess.Popen(
             [str(UNSHARE), "--mount", "--propagation", "private", "sh", "-c", script],
             env=worker_env, cwd=self.home, stdout=self.log, stderr=subprocess.STDOUT,
@@ -71,6 +72,10 @@ class OtherHost:
 
     def node_homes(self, cluster: str) -> list[Path]:
         return sorted(p for p in (self.orch_home / "local").glob(f"{cluster}-*/*") if p.is_dir())
+
+    def log_tail(self, lines: int = 60) -> str:
+        self.log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
         os.killpg(self.process.pid, signal.SIGTERM)
@@ -154,7 +159,11 @@ def test_a_worker_on_another_host_gets_the_files_of_a_launch_and_of_a_recovery(
     shutil.rmtree(host.orch_home / "staging-cache")  # the recovery must fetch them again
     for home in host.node_homes(cluster):
         take_back(str(home))
-    second = wait_for(lambda: attempt_output(2), 400, "the run after the recovery")
+    try:
+        second = wait_for(lambda: attempt_output(2), 400, "the run after the recovery")
+    except AssertionError as err:  # what the job went through, and the worker's last words
+        raise AssertionError(f"{err}\njob: {job(laptop, job_id)}\n"
+                             f"other host's worker:\n{host.log_tail()}") from None
     assert saw_the_files(second), second
     # The first attempt's output, from the staging store: its head is gone, and the
     # laptop never had a copy of its own.

@@ -941,7 +941,8 @@ def watch_request(provider: LocalProvider, nodes: int = 1, **options: float
     assert info.head is not None
     return WatchRequest(job_id=7, task_index=0, attempt=1, cluster_name="watched",
                         name_on_cloud="watched", cloud="local", region=REGION, head=info.head,
-                        num_nodes=nodes, cluster_job_id=1, **{"poll_interval_s": 0.2, **options})
+                        num_nodes=nodes, cluster_job_id=1,
+                        **{"poll_interval_s": 0.2, "failure_grace_s": 0.1, **options})
 
 
 def saved_output(request: WatchRequest) -> bytes:
@@ -1031,6 +1032,33 @@ async def test_a_failed_job_on_a_shrunken_cluster_is_a_lost_cluster_not_a_user_e
 
     assert result.outcome == WatchOutcome.CLUSTER_LOST
     assert result.detail.startswith("the job ended FAILED and 1 of 2")
+
+
+@pytest.mark.parametrize("ended", [JobStatus.FAILED_DRIVER, JobStatus.CANCELLED])
+async def test_a_job_ended_by_its_nodes_shutdown_is_a_lost_cluster_once_the_node_is_gone(
+    local_cloud: LocalProvider, ended: JobStatus,
+) -> None:
+    """A preempted machine signals the job's driver before its instance leaves RUNNING:
+    the job's end is read while the cloud still shows the node, which goes a moment later
+    (within the grace); so does a CANCELLED written by a driver of an older orch."""
+    request = watch_request(local_cloud, failure_grace_s=2.0)
+    HeadJob(request.head).set(ended, "step 41\n")
+    assert request.head.home is not None
+    asyncio.get_running_loop().call_later(0.5, shutil.rmtree, request.head.home)
+
+    result = await asyncio.wait_for(ActivityEnvironment().run(watch_job, request), 30)
+
+    assert result.outcome == WatchOutcome.CLUSTER_LOST
+    assert result.detail.startswith(f"the job ended {ended} and 1 of 1")
+
+
+async def test_a_cancel_on_a_whole_cluster_ends_the_job(local_cloud: LocalProvider) -> None:
+    request = watch_request(local_cloud)
+    HeadJob(request.head).set(JobStatus.CANCELLED)
+
+    result = await asyncio.wait_for(ActivityEnvironment().run(watch_job, request), 30)
+
+    assert result == WatchResult(outcome=WatchOutcome.JOB_ENDED, job_status=JobStatus.CANCELLED)
 
 
 async def test_a_head_that_stops_answering_while_its_instances_run_is_a_lost_cluster(

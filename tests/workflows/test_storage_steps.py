@@ -79,10 +79,12 @@ async def world(time_skipping_env: WorkflowEnvironment, tmp_path: Path,
                   + nodes.activities()
                   + [a for a in PLAIN_STORAGE_ACTIVITIES if a.__name__ != UNMOUNT_BUCKETS]
                   + [storage.prepare_bucket, storage.upload_to_bucket, storage.release_bucket])
+    # The sticky cache stays on: without it, an Update that lands while a run is evicted
+    # waited out the 10 s workflow task timeout (one to three times a test, enough to
+    # miss the harness's deadlines on a loaded machine); test_replay.py guards replays.
     with ThreadPoolExecutor(max_workers=8) as executor:
         async with Worker(env.client, task_queue=queue, workflows=WORKFLOWS,
                           activities=activities, activity_executor=executor,
-                          max_cached_workflows=0,
                           max_heartbeat_throttle_interval=timedelta(milliseconds=50),
                           default_heartbeat_throttle_interval=timedelta(milliseconds=50)):
             yield Harness(env, cloud, queue), nodes, tmp_path / "storage"
