@@ -38,9 +38,13 @@ holder that dies while still waiting is dropped when its turn comes: the grant s
 fails with "external workflow not found" and the permit goes to the next waiter.
 
 Continue-as-new: when the server suggests it or after ``max_events_per_run`` events,
-the workflow waits until every grant signal is delivered, no reclaim sweep is in flight
-and all handlers have finished, then continues as new with its whole state (holders,
-waiters, dedup keys, next sweep time) in `SemaphoreState`. Signals that arrive during
+the workflow stops granting (acquires and releases are still recorded; a freed permit
+waits for the next run), waits until every grant signal is delivered, no reclaim sweep
+is in flight and all handlers have finished, then continues as new with its whole state
+(holders, waiters, dedup keys, next sweep time) in `SemaphoreState`; the next run grants
+what is free first. Without the pause, a steady flow of grants always has one in flight
+and the run never ends (13,500 events were seen at 2,000 jobs; the server's limit is
+51,200). Signals that arrive during
 the switch are not lost: the server rejects the continue-as-new completion while new
 signals are pending and the SDK replays the task with them included.
 
@@ -90,6 +94,9 @@ LAUNCH_WAITING_ATTRIBUTE = SearchAttributeKey.for_int(SA_LAUNCH_WAITING)
 
 # Grant signals sent at once; Temporal allows 2,000 pending outgoing signals per workflow.
 GRANTS_IN_FLIGHT = 500
+# workflow.patched id: grants pause while a due continue-as-new waits (histories recorded
+# before it granted on, and continued as new only in a lull).
+PAUSE_FOR_CONTINUE_AS_NEW_PATCH = "semaphore-pause-grants-for-continue-as-new"
 
 
 @workflow.defn(name=LAUNCH_SEMAPHORE_WORKFLOW)
@@ -108,13 +115,15 @@ class LaunchSemaphoreWorkflow:
         self._reclaiming = False
         self._published_counts: tuple[int, int] | None = None
         self._reclaimer: asyncio.Task[None] | None = None
+        self._paused = False  # for continue-as-new: nothing is granted any more in this run
 
     @workflow.run
     async def run(self, input: LaunchSemaphoreInput) -> None:
         # Kept referenced: the event loop holds tasks weakly. It is simply dropped at
         # continue-as-new, which never happens during a sweep.
         self._reclaimer = asyncio.create_task(self._reclaim_periodically())
-        self._send_grants()  # granted by signals that came with the start, or carried over
+        for kind in PERMIT_KINDS:  # what the last run freed while paused, or came with the start
+            self._grant_free_permits(kind)
         while True:
             await workflow.wait_condition(
                 lambda: self._counts_unpublished() or self._ready_to_continue_as_new()
@@ -155,8 +164,8 @@ class LaunchSemaphoreWorkflow:
         )
 
     def _grant_free_permits(self, kind: PermitKind) -> None:
-        pool = self._state.pool(kind)
-        while pool.waiters and len(pool.holders) < self._settings.limits.of(kind):
+        pool, limit = self._state.pool(kind), self._settings.limits.of(kind)
+        while not self._grants_paused() and pool.waiters and len(pool.holders) < limit:
             holder = PermitHolder(request=pool.waiters.pop(0), granted_at=workflow.now())
             pool.holders.append(holder)
             self._undelivered.append(holder)
@@ -227,7 +236,8 @@ class LaunchSemaphoreWorkflow:
     async def _reclaim_periodically(self) -> None:
         interval = self._settings.reclaim_interval
         while True:
-            await workflow.wait_condition(self._has_holders)
+            await workflow.wait_condition(
+                lambda: self._has_holders() and not self._grants_paused())
             if self._state.next_reclaim_at is None:
                 self._state.next_reclaim_at = workflow.now() + interval
             delay = self._state.next_reclaim_at - workflow.now()
@@ -285,14 +295,22 @@ class LaunchSemaphoreWorkflow:
             ]
         )
 
-    def _ready_to_continue_as_new(self) -> bool:
+    def _continue_as_new_due(self) -> bool:
         info = workflow.info()
-        due = (
+        return (
             info.is_continue_as_new_suggested()
             or info.get_current_history_length() >= self._settings.max_events_per_run
         )
+
+    def _grants_paused(self) -> bool:
+        """Whether this run grants no more: its continue-as-new is due (module docstring)."""
+        if not self._paused and self._continue_as_new_due():
+            self._paused = workflow.patched(PAUSE_FOR_CONTINUE_AS_NEW_PATCH)
+        return self._paused
+
+    def _ready_to_continue_as_new(self) -> bool:
         return (
-            due
+            self._continue_as_new_due()
             and not self._undelivered
             and not self._deliveries
             and not self._reclaiming

@@ -496,6 +496,35 @@ async def test_waiters_survive_continue_as_new(harness: Harness) -> None:
     assert (final.held, final.waiting) == (0, 0)
 
 
+async def test_a_steady_flow_of_grants_does_not_keep_a_run_from_continuing_as_new(
+    harness: Harness,
+) -> None:
+    """Job slots handed on as fast as holders give them back (40 slots, 400 jobs that
+    release at once): some grant is always in flight, so a run that waited for a lull to
+    continue as new grew without bound. It pauses its grants instead, and the next run
+    hands out what came free meanwhile."""
+    max_events = 150
+    await harness.start_semaphore(
+        SemaphoreSettings(limits=PermitLimits(job=40), max_events_per_run=max_events)
+    )
+    holders = await asyncio.gather(*(
+        harness.start_holder(f"j{i}", kind="job", hold_for=timedelta(0))
+        for i in range(400)))
+    await harness.finish(*holders)
+
+    histories = await harness.run_histories()
+    lengths = [len(h.events) for h in histories]
+    # Before the pause the first run took all of it (1,792 events). It still records the
+    # 400 acquires that arrive at once (an event each, and workflow tasks around them).
+    assert lengths[0] < max_events + 2 * len(holders), lengths
+    assert len(histories) > 3 and max(lengths[1:]) < 2 * max_events, lengths
+    acquires, grants = await acquires_and_grants(harness.client, histories)
+    assert Counter(g.request_id for g in grants) == Counter({a.request_id: 1 for a in acquires})
+    assert len(acquires) == 400 and harness.recorder.most_in_flight["job"] <= 40
+    final = await harness.pool("job")
+    assert (final.held, final.waiting) == (0, 0)
+
+
 async def test_launch_counts_are_published_as_search_attributes(
     dev_server_harness: Harness,
 ) -> None:
