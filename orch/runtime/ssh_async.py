@@ -13,7 +13,11 @@ rebooted, network dropped) is dropped and the command retried once on a new one.
 retries with backoff until ``connect_deadline``, like the paramiko runner, and trusts host
 keys on first use in the same ``known_hosts`` (``orch.runtime.ssh_host_keys``). At most
 ``max_connections`` are open per event loop: past that the least recently used idle one is
-closed, and when none is idle a new command waits for one.
+closed, and when none is idle a new command waits for one. At most ``max_handshakes``
+handshakes are under way at once (the rest wait their turn before their attempt's clock
+starts): a handshake's key exchange is CPU in the worker's process, and a worker that
+takes over a thousand watches at once (a restart, a ramp) would otherwise spend seconds
+of its event loop on them together, long enough for its workflow tasks to time out.
 
 Local-cloud nodes run the command as a subprocess with the node's environment.
 
@@ -52,6 +56,7 @@ from orch.runtime.ssh_host_keys import HostKeyChangedError, check_host_key, host
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_CONNECTIONS = 4096
+DEFAULT_MAX_HANDSHAKES = 16
 KEEPALIVE_COUNT_MAX = 3  # unanswered keepalives (30 s apart) before a connection is dead
 
 _CONNECTION_ERRORS = (OSError, EOFError, asyncssh.Error, asyncio.TimeoutError)
@@ -103,23 +108,31 @@ async def _handshake(node: NodeInfo, timeout: float) -> asyncssh.SSHClientConnec
         raise
 
 
-async def _connect(node: NodeInfo, deadline: float) -> asyncssh.SSHClientConnection:
-    """Connect to ``node``, retrying with exponential backoff for ``deadline`` seconds."""
-    give_up = time.monotonic() + deadline
-    backoff, attempts = FIRST_BACKOFF, 0
+async def _connect(node: NodeInfo, deadline: float, turns: asyncio.Semaphore
+                   ) -> asyncssh.SSHClientConnection:
+    """Connect to ``node``, retrying with exponential backoff for ``deadline`` seconds of
+    attempts; each attempt waits for one of ``turns`` first (not counted)."""
+    spent, backoff, attempts = 0.0, FIRST_BACKOFF, 0
     while True:
         attempts += 1
-        timeout = max(min(ATTEMPT_TIMEOUT, give_up - time.monotonic()), 0.1)
+        timeout = max(min(ATTEMPT_TIMEOUT, deadline - spent), 0.1)
         try:
-            return await _handshake(node, timeout)
+            async with turns:
+                started = time.monotonic()
+                try:
+                    return await _handshake(node, timeout)
+                finally:
+                    spent += time.monotonic() - started
         except _CONNECTION_ERRORS as exc:
             error: BaseException = exc
-        remaining = give_up - time.monotonic()
+        remaining = deadline - spent
         if remaining <= 0:
             raise NodeUnreachableError(
                 f"cannot reach {connection_key(node)} over SSH after {attempts} attempts "
                 f"in {deadline:g} s: {type(error).__name__}: {error}") from error
-        await asyncio.sleep(min(backoff, remaining))
+        pause = min(backoff, remaining)
+        await asyncio.sleep(pause)
+        spent += pause
         backoff = min(backoff * 2, MAX_BACKOFF)
 
 
@@ -136,8 +149,10 @@ class _Held:
 class AsyncConnectionPool:
     """asyncssh connections of one event loop, one per user@host:port (module docstring)."""
 
-    def __init__(self, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+    def __init__(self, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 max_handshakes: int = DEFAULT_MAX_HANDSHAKES) -> None:
         self.max_connections = max_connections
+        self._handshake_turns = asyncio.Semaphore(max_handshakes)
         self._held: dict[str, _Held] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
         self._released = asyncio.Condition()
@@ -177,7 +192,7 @@ class AsyncConnectionPool:
             if held is None or not held.alive():
                 self._held.pop(key, None)
                 await self._make_room()
-                held = _Held(await _connect(node, deadline))
+                held = _Held(await _connect(node, deadline, self._handshake_turns))
                 self._held[key] = held
             held.users += 1
             held.last_used = time.monotonic()

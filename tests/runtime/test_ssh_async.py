@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orch.clouds.base import NodeInfo
-from orch.runtime import jobs
+from orch.runtime import jobs, ssh_async
 from orch.runtime.commands import NodeUnreachableError
 from orch.runtime.job_records import JobPoll, JobRecord
 from orch.runtime.ssh_async import AsyncConnectionPool
@@ -79,6 +79,36 @@ async def test_at_the_bound_the_least_recently_used_idle_connection_is_closed(
     assert pool.open_connections == 2
     assert set(pool._held) == {f"{ssh_node(s).ssh_user}@127.0.0.1:{s.port}"
                                for s in servers[1:]}
+    pool.close_all()
+
+
+async def test_handshakes_take_turns_and_a_wait_for_a_turn_is_not_held_against_the_node(
+    sshd_factory: Callable[..., Sshd], ssh_node: NodeFor, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    servers = [sshd_factory() for _ in range(6)]
+    for server in servers:
+        server.start()
+    under_way, most = 0, 0
+    real_handshake = ssh_async._handshake
+
+    async def slow_handshake(node: NodeInfo, timeout: float) -> object:
+        nonlocal under_way, most
+        under_way += 1
+        most = max(most, under_way)
+        try:
+            await asyncio.sleep(1.5)  # a handshake on a loaded worker
+            return await real_handshake(node, timeout)
+        finally:
+            under_way -= 1
+
+    monkeypatch.setattr(ssh_async, "_handshake", slow_handshake)
+    pool = AsyncConnectionPool(max_handshakes=2)
+    # The last pair waits ~3 s for its turn, longer than its whole connect deadline.
+    results = await asyncio.gather(*(
+        pool.run(ssh_node(server), "echo up", timeout=30, connect_deadline=2.5)
+        for server in servers))
+    assert [r.tail for r in results] == ["up"] * 6
+    assert most == 2 and pool.open_connections == 6
     pool.close_all()
 
 
