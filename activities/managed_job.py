@@ -3,7 +3,9 @@ cluster is lost.
 
 One ``watch_job`` activity runs per job on a cluster, for as long as the job runs (hours
 or days), and completes once: when the job ended, or when the cluster looks gone. So a
-running job adds nothing to its workflow's history, whatever its length.
+running job adds nothing to its workflow's history, whatever its length. The same watch
+copies a cluster's own job's output for ``orch logs`` (``workflows/job_output.py``; its
+places in ``orch.job_output.watched_output``).
 
 It long-polls the head: one command (``orch.runtime.jobs.wait_then_poll_command``) waits
 on the head until the job's record or log changes, or ``poll_interval_s`` passes (less a
@@ -53,14 +55,14 @@ from orch.clouds.base import InstanceStatus
 from orch.clouds.errors import ProvisionError
 from orch.config import orch_home
 from orch.contracts.watch import WATCH_JOB, WatchOutcome, WatchRequest, WatchResult
-from orch.job_output import FLUSH_EVERY_S, attempt_output, store_chunk
-from orch.managed_jobs import attempt_log_path
+from orch.job_output import FLUSH_EVERY_S, store_chunk, watched_output
 from orch.runtime.commands import NodeUnreachableError
 from orch.runtime.job_records import JobPoll
 from orch.runtime.jobs import UNCHANGED_EXIT, wait_then_poll_command
 from orch.runtime.ssh_async import run_on_node
 from orch.status import JobStatus
 from orch.storage import get_store
+from orch.storage.base import BucketRef
 from orch.storage.errors import StorageError
 
 HEARTBEATS_PER_TIMEOUT = 4
@@ -223,9 +225,9 @@ class OutputCopy:
     every FLUSH_EVERY_S and when the watch ends. A store that fails is logged and tried
     again at the next flush: the watch goes on (the worker's copy has the output)."""
 
-    def __init__(self, request: WatchRequest, log: Path):
+    def __init__(self, log: Path, where: BucketRef):
         self.log = log
-        self.where = attempt_output(request.job_id, request.task_index, request.attempt)
+        self.where = where
         self.last = 0.0
 
     async def flush(self, progress: WatchProgress, final: bool) -> None:
@@ -266,11 +268,11 @@ def _long_poll_wait(request: WatchRequest) -> float:
 async def watch_job(request: WatchRequest) -> WatchResult:
     """Return when the job ended on its cluster or the cluster is lost (see the module)."""
     progress = _resumed_progress()
-    log = attempt_log_path(orch_home(), request.job_id, request.task_index, request.attempt)
+    log, where = watched_output(request, orch_home())
     # Resumed on a worker whose copy is shorter (another machine): copy what it lacks.
     progress.log_offset = min(progress.log_offset, log.stat().st_size if log.exists() else 0)
     progress.stored_offset = min(progress.stored_offset, progress.log_offset)
-    output = OutputCopy(request, log)
+    output = OutputCopy(log, where)
     timeout = activity.info().heartbeat_timeout
     # Local calls (the SDK sends one RPC per 0.8 x the timeout at most); not beat_interval's
     # 5 s cap, which at 2,000 jobs is 400 calls a second for the same RPCs.

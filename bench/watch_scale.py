@@ -57,7 +57,7 @@ from orch.server import METRICS_PORT_ENV
 from orch.status import JobStatus
 from tests.fakes.sshd import free_port
 from workers.__main__ import MAX_CONCURRENT_ACTIVITIES
-from workflows.managed_job import WATCH_CALL
+from workflows.options import WATCH_CALL
 
 TASK_QUEUE = "bench-watch-scale"
 AT_ONCE = 50

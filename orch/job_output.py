@@ -1,14 +1,17 @@
-"""A managed job's output in the staging store (``orch.staging``), so that ``orch jobs
-logs`` reads it from there, not over SSH from the CLI's machine to a head (a laptop
-talking to remote workers has no key for it), and not through workflow histories (an
-activity's result is recorded there).
+"""Jobs' output in the staging store (``orch.staging``), so that ``orch jobs logs``,
+``orch logs`` and the output ``orch launch`` and ``orch exec`` follow are read from
+there, not over SSH from the CLI's machine to a head (a laptop talking to remote workers
+has no key for it), and not through workflow histories (an activity's result is
+recorded there).
 
-The worker's watch (``activities/managed_job.py``) copies each attempt's output from the
-head to its own disk as it is written, and from there to the store every
+The worker's watch (``activities/managed_job.py``) copies a job's output from the head
+to its own disk as it is written, and from there to the store every
 :data:`FLUSH_EVERY_S` and before it returns: one object per flush, named by the byte
-offset where it starts::
+offset where it starts. A managed job's attempts, and a cluster's own jobs (the cluster
+named as on the cloud, so a cluster made again under the same name starts afresh)::
 
     <staging prefix>/output/jobs/<job id>/task-<i>.attempt-<n>/<offset, 16 digits>
+    <staging prefix>/output/clusters/<name on cloud>/job-<id>/<offset, 16 digits>
 
 A watch resumed on another worker starts its copy again from an earlier offset, so
 objects may overlap; :class:`OutputReader` reads them in order of offset and skips bytes
@@ -21,22 +24,52 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from orch.contracts.watch import WatchRequest
+from orch.managed_jobs import attempt_log_path
+from orch.records import cluster_workflow_id
 from orch.settings import load_settings
 from orch.staging import staging_root
 from orch.storage import get_store
 from orch.storage.base import BucketRef, Store
 
 FLUSH_EVERY_S = 2.0
+JOB_OUTPUT_WORKFLOW = "JobOutputWorkflow"  # workflows/job_output.py
 _OFFSET_DIGITS = 16
+
+
+def _output(*parts: str, root: BucketRef | None = None) -> BucketRef:
+    """``output/<parts>`` in the configured staging store (or ``root``)."""
+    root = root or staging_root(load_settings().staging)
+    prefix = "/".join(p for p in (root.prefix.strip("/"), "output", *parts) if p)
+    return root.model_copy(update={"prefix": prefix})
 
 
 def attempt_output(job_id: int, task_index: int, attempt: int,
                    root: BucketRef | None = None) -> BucketRef:
-    """Where one attempt's output goes: the configured staging store, under ``output/``."""
-    root = root or staging_root(load_settings().staging)
-    prefix = "/".join(p for p in (root.prefix.strip("/"), "output", "jobs", str(job_id),
-                                  f"task-{task_index}.attempt-{attempt}") if p)
-    return root.model_copy(update={"prefix": prefix})
+    """Where one attempt of a managed job's task keeps its output."""
+    return _output("jobs", str(job_id), f"task-{task_index}.attempt-{attempt}", root=root)
+
+
+def cluster_job_output(name_on_cloud: str, job_id: int,
+                       root: BucketRef | None = None) -> BucketRef:
+    """Where a cluster's own job keeps its output."""
+    return _output("clusters", name_on_cloud, f"job-{job_id}", root=root)
+
+
+def job_output_workflow_id(cluster: str, name_on_cloud: str, job_id: int) -> str:
+    """The one copier of a cluster's own job's output (workflows/job_output.py)."""
+    return f"{cluster_workflow_id(cluster)}/output/{name_on_cloud}/job-{job_id}"
+
+
+def watched_output(request: WatchRequest, home: Path) -> tuple[Path, BucketRef]:
+    """Where a watch keeps the job's output: its copy on the worker (under ``home``, the
+    worker's ORCH_HOME) and its place in the store."""
+    if not request.cluster_job:
+        return (attempt_log_path(home, request.job_id, request.task_index, request.attempt),
+                attempt_output(request.job_id, request.task_index, request.attempt))
+    cluster = request.name_on_cloud or request.cluster_name
+    return (home / "cluster_output" / cluster / f"job-{request.cluster_job_id}.log",
+            cluster_job_output(cluster, request.cluster_job_id))
 
 
 def chunk_key(where: BucketRef, offset: int) -> str:

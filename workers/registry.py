@@ -15,6 +15,7 @@ from orch.semaphore import SemaphoreSettings
 from orch.settings import load_settings
 from workflows.cluster import ClusterWorkflow
 from workflows.failover import FailoverWorkflow
+from workflows.job_output import JobOutputWorkflow
 from workflows.launch import LaunchWorkflow
 from workflows.launch_semaphore import LaunchSemaphoreWorkflow
 from workflows.managed_job import ManagedJobWorkflow
@@ -31,6 +32,7 @@ WORKFLOWS: list[type] = [
     ManagedJobWorkflow,
     ManagedJobIdsWorkflow,
     StorageWorkflow,
+    JobOutputWorkflow,
 ]
 
 # Activities that need nothing but the machine they run on.

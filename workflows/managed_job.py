@@ -48,7 +48,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -120,27 +120,17 @@ with workflow.unsafe.imports_passed_through():
     from workflows import storage_steps
     from workflows.cluster import resources_summary
     from workflows.launch import LaunchWorkflow
-    from workflows.options import CLOUD_CALL, error_details, error_message, error_type
+    from workflows.options import (
+        CLOUD_CALL,
+        WATCH_CALL,
+        error_details,
+        error_message,
+        error_type,
+    )
     from workflows.permits import Permit, acquire_permit
     from workflows.shielding import shielded
     from workflows.teardown import TeardownWorkflow
 
-
-# The watch lasts as long as the job; heartbeats notice a dead worker, and retries (with
-# no limit) resume it from its heartbeat details on another. Every running job heartbeats
-# (the SDK sends one RPC per 0.8 x the timeout), a steady cost of the server: measured at
-# 2,000 jobs on the embedded dev server (bench/watch_heartbeats.py, README "Performance"),
-# a 15 s timeout costs the server 0.7 core and the worker 0.26, a minute a quarter of
-# that. Five minutes: 8 RPCs a second at 2,000 jobs. A worker restarted on the same host
-# takes its dead predecessor's watches over at once (workers/watch_takeover.py), so only
-# a worker that never comes back makes a job's end wait for this timeout.
-WATCH_HEARTBEAT_TIMEOUT = timedelta(minutes=5)
-WATCH_CALL: dict[str, Any] = {
-    "start_to_close_timeout": timedelta(days=365),
-    "heartbeat_timeout": WATCH_HEARTBEAT_TIMEOUT,
-    "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1),
-                                maximum_interval=timedelta(minutes=1)),
-}
 
 # Waits before each new try of a teardown that failed (see ``_teardown``).
 TEARDOWN_RETRY_WAITS = (timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15))

@@ -29,6 +29,8 @@ options                start-to-close  heartbeat  for
 ``CLOUD_CALL``         2 min           none       short calls that are not provider calls:
                                                   planning, job submission.
 ``BEST_EFFORT``        90 s            20 s       checks whose failure is tolerated.
+``WATCH_CALL``         365 d           5 min      a job's watch: as long as the job runs
+                                                  (see below).
 =====================  ==============  =========  =====================================
 
 A worker killed in any provider call or wait is noticed within ``HEARTBEAT`` (20 s) and
@@ -93,6 +95,23 @@ BEST_EFFORT: dict[str, Any] = {
     "start_to_close_timeout": timedelta(seconds=90),
     "heartbeat_timeout": HEARTBEAT,
     "retry_policy": RetryPolicy(maximum_attempts=2, initial_interval=timedelta(seconds=1)),
+}
+
+
+# The watch lasts as long as the job; heartbeats notice a dead worker, and retries (with
+# no limit) resume it from its heartbeat details on another. Every running job heartbeats
+# (the SDK sends one RPC per 0.8 x the timeout), a steady cost of the server: measured at
+# 2,000 jobs on the embedded dev server (bench/watch_heartbeats.py, README "Performance"),
+# a 15 s timeout costs the server 0.7 core and the worker 0.26, a minute a quarter of
+# that. Five minutes: 8 RPCs a second at 2,000 jobs. A worker restarted on the same host
+# takes its dead predecessor's watches over at once (workers/watch_takeover.py), so only
+# a worker that never comes back makes a job's end wait for this timeout.
+WATCH_HEARTBEAT_TIMEOUT = timedelta(minutes=5)
+WATCH_CALL: dict[str, Any] = {
+    "start_to_close_timeout": timedelta(days=365),
+    "heartbeat_timeout": WATCH_HEARTBEAT_TIMEOUT,
+    "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1),
+                                maximum_interval=timedelta(minutes=1)),
 }
 
 

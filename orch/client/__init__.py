@@ -3,10 +3,9 @@
 ``orch.client`` is the only part of ``orch/`` that knows Temporal. Cluster operations
 are Updates to the cluster's entity workflow (``cluster/<name>``), found by its
 registered name. Job tables (``queue``, ``cancel``) come through the control plane: the
-cluster's ``jobs`` Update, whose activity reads the head on a worker. A cluster job's
-output (``logs``) is still read from the head over a command runner from this machine,
-never through workflow histories; managed jobs' output comes from the staging store
-(``orch.client.managed_jobs``).
+cluster's ``jobs`` Update, whose activity reads the head on a worker. Jobs' output comes
+from the staging store, where workers copy it (``orch.client.cluster_output``,
+``orch.client.managed_jobs``), never through workflow histories nor from the head.
 
     async with await Client.connect() as client:
         result = await client.launch(load_task("task.yaml"), "hello")
@@ -18,7 +17,6 @@ import asyncio
 import functools
 import os
 import secrets
-import shlex
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,9 +40,9 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 from temporalio.service import RPCStatusCode
 
 from orch.client.attribution import requester, start_attributes
+from orch.client.cluster_output import print_cluster_job_output
 from orch.client.codec import CodecKeyError, orch_data_converter
 from orch.client.following import OrchError, update_failure, update_result
-from orch.clouds.base import NodeInfo
 from orch.config import TASK_QUEUE, TemporalSettings, orch_home
 from orch.fit import TASK_DOES_NOT_FIT
 from orch.lifecycle import Autostop
@@ -76,9 +74,7 @@ from orch.records import (
     TeardownResult,
     cluster_workflow_id,
 )
-from orch.runtime.commands import CommandRunner
 from orch.runtime.job_records import JobRecord
-from orch.runtime.runner import runner_for
 from orch.server import ControlPlane
 from orch.settings import load_settings
 from orch.spec import Task
@@ -451,16 +447,6 @@ class Client:
         return sorted(summaries, key=lambda s: s.name)
 
     # -- jobs (read on the head) --------------------------------------------------------
-    async def _head(self, cluster: str) -> NodeInfo:
-        record = await self._require(cluster)
-        if record.info is None or record.info.head is None:
-            raise OrchError(f"cluster {cluster} has no head node yet ({record.status})")
-        return record.info.head
-
-    @staticmethod
-    def _jobs_command(head: NodeInfo, args: str) -> str:
-        return f"{shlex.quote(head.python)} -m orch.runtime.jobs {args}"
-
     async def _job_table(self, cluster: str, request: JobsRequest) -> list[JobRecord]:
         """The head's job table, read by a worker (the cluster's ``jobs`` Update)."""
         await self._require(cluster)
@@ -487,18 +473,13 @@ class Client:
         self, cluster: str, job_id: int, follow: bool = True,
         on_line: Callable[[str], None] = print,
     ) -> JobRecord:
-        """Stream the job's output (until it ends, with ``follow``); returns its record."""
-        head = await self._head(cluster)
-        args = f"logs {job_id}" + (" --follow" if follow else "")
-
-        def stream() -> None:
-            runner: CommandRunner
-            with runner_for(head) as runner:
-                result = runner.run(self._jobs_command(head, args), on_line=on_line)
-            if not result.ok:
-                raise OrchError(result.tail.splitlines()[-1] if result.tail else "logs failed")
-
-        await asyncio.to_thread(stream)
+        """Stream the job's output from the staging store (until it ends, with
+        ``follow``; ``orch.client.cluster_output``); returns its record."""
+        cluster_record = await self._require(cluster)
+        if await self.job(cluster, job_id) is None:
+            raise OrchError(f"cluster {cluster} has no job {job_id}", "NoSuchJob")
+        await print_cluster_job_output(self.temporal, self.task_queue, cluster_record, job_id,
+                                       follow, on_line)
         record = await self.job(cluster, job_id)
         if record is None:
             raise OrchError(f"cluster {cluster} has no job {job_id}", "NoSuchJob")

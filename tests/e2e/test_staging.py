@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pytest
 
 from orch.runtime.procfs import alive
@@ -124,6 +125,13 @@ run: |
 {run_after}""")
 
 
+def stored(moto: MotoS3, prefix: str) -> list[str]:
+    s3 = boto3.client("s3", endpoint_url=moto.url, region_name=moto.region,
+                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    listed = s3.list_objects_v2(Bucket="orch-staging-e2e", Prefix=prefix)
+    return [o["Key"] for o in listed.get("Contents", [])]
+
+
 def saw_the_files(output: str) -> bool:
     return "workdir file from the laptop" in output and "file mount from the laptop" in output
 
@@ -131,13 +139,18 @@ def saw_the_files(output: str) -> bool:
 # ~4 min alone; on a machine loaded by other suites its Ray starts alone took 9 min.
 @pytest.mark.timeout(1200)
 def test_a_worker_on_another_host_gets_the_files_of_a_launch_and_of_a_recovery(
-    other_host: tuple[Orch, OtherHost], tmp_path: Path,
+    other_host: tuple[Orch, OtherHost], moto: MotoS3, tmp_path: Path,
 ) -> None:
     laptop, host = other_host
     launched = laptop("launch", "-y", "-c", "far", laptop_task(tmp_path, "task.yaml"),
                       timeout=600)
     assert saw_the_files(launched.stdout), launched.stdout
     assert "orch-staging-e2e/runs" in launched.stdout + launched.stderr  # where it staged
+    # The output the launch followed, and `orch logs`, came from the staging store, where
+    # the other host's worker copied it.
+    assert stored(moto, "runs/output/clusters/far-"), "no cluster job output in the store"
+    logs = laptop("logs", "far", "1", "--no-follow").stdout
+    assert saw_the_files(logs), logs
     # The job table through the control plane (the cluster's jobs Update, read on the
     # worker), not from the laptop.
     assert [j["status"] for j in laptop.json("queue", "far")] == ["SUCCEEDED"]

@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import itertools
 import shutil
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -56,6 +57,7 @@ from orch.clouds.base import InstanceStatus, NodeInfo, ProvisionConfig, Provisio
 from orch.clouds.local import REGION, LocalProvider
 from orch.config import orch_home
 from orch.failover_rules import Candidate
+from orch.job_output import OutputReader, cluster_job_output
 from orch.managed_jobs import (
     BACKOFF_INITIAL_S,
     STATE_QUERY,
@@ -933,16 +935,17 @@ def local_cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Loc
         provider.terminate_instances(REGION, cluster)  # frees the nodes' loopback addresses
 
 
-def watch_request(provider: LocalProvider, nodes: int = 1, **options: float
+def watch_request(provider: LocalProvider, nodes: int = 1, **options: float | bool
                   ) -> WatchRequest:
     provider.run_instances(ProvisionConfig(cluster_name="watched", num_nodes=nodes,
                                            region=REGION))
     info = provider.get_cluster_info(REGION, "watched")
     assert info.head is not None
-    return WatchRequest(job_id=7, task_index=0, attempt=1, cluster_name="watched",
-                        name_on_cloud="watched", cloud="local", region=REGION, head=info.head,
-                        num_nodes=nodes, cluster_job_id=1,
-                        **{"poll_interval_s": 0.2, "failure_grace_s": 0.1, **options})
+    return WatchRequest.model_validate({
+        "job_id": 7, "task_index": 0, "attempt": 1, "cluster_name": "watched",
+        "name_on_cloud": "watched", "cloud": "local", "region": REGION, "head": info.head,
+        "num_nodes": nodes, "cluster_job_id": 1, "poll_interval_s": 0.2,
+        "failure_grace_s": 0.1, **options})
 
 
 def saved_output(request: WatchRequest) -> bytes:
@@ -971,6 +974,25 @@ async def test_the_watch_copies_the_output_as_it_comes_and_returns_when_the_job_
     assert result == WatchResult(outcome=WatchOutcome.JOB_ENDED, job_status=JobStatus.SUCCEEDED)
     assert saved_output(request) == b"line 1\nline 2\n"
     assert beats and WatchProgress.model_validate(beats[-1]).log_offset == 14
+
+
+async def test_a_cluster_jobs_watch_keeps_its_output_under_the_clusters_name_on_the_cloud(
+    local_cloud: LocalProvider,
+) -> None:
+    """The copier of ``orch logs`` (workflows/job_output.py): the same watch, the output
+    where the CLI reads it (orch.client.cluster_output)."""
+    request = watch_request(local_cloud, cluster_job=True)
+    HeadJob(request.head).set(JobStatus.SUCCEEDED, "line 1\nline 2\n")
+
+    result = await asyncio.wait_for(ActivityEnvironment().run(watch_job, request), 30)
+
+    assert result.job_status == JobStatus.SUCCEEDED
+    assert (orch_home() / "cluster_output" / "watched" / "job-1.log").read_bytes() == (
+        b"line 1\nline 2\n")
+    lines: list[str] = []
+    OutputReader(cluster_job_output("watched", 1), lines.append).read_new()
+    assert lines == ["line 1", "line 2"]
+    assert not attempt_log_path(orch_home(), 7, 0, 1).exists()
 
 
 async def test_a_retried_watch_resumes_from_its_heartbeat_details(
@@ -1036,15 +1058,21 @@ async def test_a_failed_job_on_a_shrunken_cluster_is_a_lost_cluster_not_a_user_e
 
 @pytest.mark.parametrize("ended", [JobStatus.FAILED_DRIVER, JobStatus.CANCELLED])
 async def test_a_job_ended_by_its_nodes_shutdown_is_a_lost_cluster_once_the_node_is_gone(
-    local_cloud: LocalProvider, ended: JobStatus,
+    local_cloud: LocalProvider, ended: JobStatus, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A preempted machine signals the job's driver before its instance leaves RUNNING:
-    the job's end is read while the cloud still shows the node, which goes a moment later
+    the cloud shows the node for a second after the job's end is readable, and then not
     (within the grace); so does a CANCELLED written by a driver of an older orch."""
     request = watch_request(local_cloud, failure_grace_s=2.0)
     HeadJob(request.head).set(ended, "step 41\n")
-    assert request.head.home is not None
-    asyncio.get_running_loop().call_later(0.5, shutil.rmtree, request.head.home)
+    gone_at = time.monotonic() + 1.0
+    listed = LocalProvider.query_instances
+
+    def query_instances(provider: LocalProvider, region: str, cluster: str
+                        ) -> dict[str, InstanceStatus]:
+        return {} if time.monotonic() > gone_at else listed(provider, region, cluster)
+
+    monkeypatch.setattr(LocalProvider, "query_instances", query_instances)
 
     result = await asyncio.wait_for(ActivityEnvironment().run(watch_job, request), 30)
 
