@@ -7,11 +7,12 @@ recorded there).
 The worker's watch (``activities/managed_job.py``) copies a job's output from the head
 to its own disk as it is written, and from there to the store every
 :data:`FLUSH_EVERY_S` and before it returns: one object per flush, named by the byte
-offset where it starts. A managed job's attempts, and a cluster's own jobs (the cluster
-named as on the cloud, so a cluster made again under the same name starts afresh)::
+offset where it starts. A managed job's attempts, and a cluster's own jobs (named with
+their submission time too: a cluster made again under the same name numbers its jobs
+from 1 again)::
 
     <staging prefix>/output/jobs/<job id>/task-<i>.attempt-<n>/<offset, 16 digits>
-    <staging prefix>/output/clusters/<name on cloud>/job-<id>/<offset, 16 digits>
+    <staging prefix>/output/clusters/<name on cloud>/job-<id>-<submitted>/<offset, 16 digits>
 
 A watch resumed on another worker starts its copy again from an earlier offset, so
 objects may overlap; :class:`OutputReader` reads them in order of offset and skips bytes
@@ -27,6 +28,7 @@ from pathlib import Path
 from orch.contracts.watch import WatchRequest
 from orch.managed_jobs import attempt_log_path
 from orch.records import cluster_workflow_id
+from orch.runtime.job_records import JobRecord
 from orch.settings import load_settings
 from orch.staging import staging_root
 from orch.storage import get_store
@@ -50,26 +52,29 @@ def attempt_output(job_id: int, task_index: int, attempt: int,
     return _output("jobs", str(job_id), f"task-{task_index}.attempt-{attempt}", root=root)
 
 
-def cluster_job_output(name_on_cloud: str, job_id: int,
-                       root: BucketRef | None = None) -> BucketRef:
+def cluster_job_key(name_on_cloud: str, job: JobRecord) -> str:
+    """What names a cluster's own job's output, for good."""
+    return f"{name_on_cloud}/job-{job.id}-{job.submitted_at:%Y%m%dT%H%M%S%f}"
+
+
+def cluster_job_output(key: str, root: BucketRef | None = None) -> BucketRef:
     """Where a cluster's own job keeps its output."""
-    return _output("clusters", name_on_cloud, f"job-{job_id}", root=root)
+    return _output("clusters", key, root=root)
 
 
-def job_output_workflow_id(cluster: str, name_on_cloud: str, job_id: int) -> str:
+def job_output_workflow_id(cluster: str, key: str) -> str:
     """The one copier of a cluster's own job's output (workflows/job_output.py)."""
-    return f"{cluster_workflow_id(cluster)}/output/{name_on_cloud}/job-{job_id}"
+    return f"{cluster_workflow_id(cluster)}/output/{key}"
 
 
 def watched_output(request: WatchRequest, home: Path) -> tuple[Path, BucketRef]:
     """Where a watch keeps the job's output: its copy on the worker (under ``home``, the
     worker's ORCH_HOME) and its place in the store."""
-    if not request.cluster_job:
+    key = request.cluster_output_key
+    if not key:
         return (attempt_log_path(home, request.job_id, request.task_index, request.attempt),
                 attempt_output(request.job_id, request.task_index, request.attempt))
-    cluster = request.name_on_cloud or request.cluster_name
-    return (home / "cluster_output" / cluster / f"job-{request.cluster_job_id}.log",
-            cluster_job_output(cluster, request.cluster_job_id))
+    return home / "cluster_output" / f"{key}.log", cluster_job_output(key)
 
 
 def chunk_key(where: BucketRef, offset: int) -> str:

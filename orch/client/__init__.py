@@ -476,9 +476,10 @@ class Client:
         """Stream the job's output from the staging store (until it ends, with
         ``follow``; ``orch.client.cluster_output``); returns its record."""
         cluster_record = await self._require(cluster)
-        if await self.job(cluster, job_id) is None:
+        job = await self.job(cluster, job_id)
+        if job is None:
             raise OrchError(f"cluster {cluster} has no job {job_id}", "NoSuchJob")
-        await print_cluster_job_output(self.temporal, self.task_queue, cluster_record, job_id,
+        await print_cluster_job_output(self.temporal, self.task_queue, cluster_record, job,
                                        follow, on_line)
         record = await self.job(cluster, job_id)
         if record is None:

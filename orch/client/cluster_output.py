@@ -30,40 +30,44 @@ from orch.contracts.watch import WatchRequest
 from orch.job_output import (
     JOB_OUTPUT_WORKFLOW,
     OutputReader,
+    cluster_job_key,
     cluster_job_output,
     job_output_workflow_id,
 )
 from orch.records import ClusterRecord
+from orch.runtime.job_records import JobRecord
 
 FOLLOW_POLL_S = 0.5
 FIRST_COPY_WAIT_S = 15.0
 
 
-def copier_request(record: ClusterRecord, job_id: int) -> WatchRequest:
-    """What the copier of job ``job_id`` on the cluster of ``record`` watches."""
+def copier_request(record: ClusterRecord, job: JobRecord) -> WatchRequest:
+    """What the copier of ``job`` on the cluster of ``record`` watches."""
     info, placement = record.info, record.placement
     if info is None or info.head is None or placement is None:
         raise OrchError(f"cluster {record.name} has no head node yet ({record.status})")
     # The copier ends with the job: whether a failed job's cluster is whole is the
     # cluster's business (its refresh), so no grace before that check.
-    return WatchRequest(job_id=0, task_index=0, attempt=0, cluster_job=True,
+    return WatchRequest(job_id=0, task_index=0, attempt=0,
+                        cluster_output_key=cluster_job_key(record.cloud_name, job),
                         cluster_name=record.name, name_on_cloud=record.cloud_name,
                         cloud=placement.cloud, region=placement.region, head=info.head,
-                        num_nodes=len(info.nodes), cluster_job_id=job_id,
+                        num_nodes=len(info.nodes), cluster_job_id=job.id,
                         failure_grace_s=0.0)
 
 
 async def _copier(temporal: TemporalClient, task_queue: str, record: ClusterRecord,
-                  job_id: int) -> WorkflowHandle:
+                  job: JobRecord) -> WorkflowHandle:
     """The job's copier, started unless it runs or ran."""
-    workflow_id = job_output_workflow_id(record.name, record.cloud_name, job_id)
+    request = copier_request(record, job)
+    workflow_id = job_output_workflow_id(record.name, request.cluster_output_key)
     try:
         handle = await temporal.start_workflow(
-            JOB_OUTPUT_WORKFLOW, copier_request(record, job_id), id=workflow_id,
+            JOB_OUTPUT_WORKFLOW, request, id=workflow_id,
             task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            static_summary=f"output of job {job_id} on {record.name}, to the staging store")
+            static_summary=f"output of job {job.id} on {record.name}, to the staging store")
     except WorkflowAlreadyStartedError:  # it ran and ended: the store has its copy
         return temporal.get_workflow_handle(workflow_id)
     return handle
@@ -77,13 +81,14 @@ async def _copying(handle: WorkflowHandle) -> tuple[bool, bool]:
 
 
 async def print_cluster_job_output(
-    temporal: TemporalClient, task_queue: str, record: ClusterRecord, job_id: int,
+    temporal: TemporalClient, task_queue: str, record: ClusterRecord, job: JobRecord,
     follow: bool, on_line: Callable[[str], None],
 ) -> None:
-    """Give job ``job_id``'s output to ``on_line``, a line at a time; with ``follow``,
-    until the job ended (module docstring)."""
-    handle = await _copier(temporal, task_queue, record, job_id)
-    reader = OutputReader(cluster_job_output(record.cloud_name, job_id), on_line)
+    """Give ``job``'s output to ``on_line``, a line at a time; with ``follow``, until
+    the job ended (module docstring)."""
+    handle = await _copier(temporal, task_queue, record, job)
+    reader = OutputReader(cluster_job_output(cluster_job_key(record.cloud_name, job)),
+                          on_line)
     while True:
         running, fresh = await _copying(handle)
         got = await asyncio.to_thread(reader.read_new)

@@ -15,15 +15,15 @@ WATCH_JOB = "watch_job"
 
 
 class WatchRequest(BaseModel):
-    """One job to watch on its cluster. A managed job's (``job_id`` and the attempt name
-    where its output goes), or with ``cluster_job`` a cluster's own job, whose output is
-    kept under the cluster's name on the cloud and ``cluster_job_id`` (``job_id``,
-    ``task_index`` and ``attempt`` are then 0)."""
+    """One job to watch on its cluster: a managed job's attempt (``job_id``,
+    ``task_index`` and ``attempt`` name where its output goes), or, with
+    ``cluster_output_key``, a cluster's own job, whose output goes under that key
+    (``orch.job_output.cluster_job_key``; the other three are then 0)."""
 
     job_id: int  # the managed job (names the log file)
     task_index: int
     attempt: int
-    cluster_job: bool = False
+    cluster_output_key: str = ""
     cluster_name: str
     cloud: str
     region: str

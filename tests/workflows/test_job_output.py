@@ -18,8 +18,9 @@ from activities.managed_job import watch_job
 from orch.client.cluster_output import print_cluster_job_output
 from orch.clouds.base import ProvisionConfig
 from orch.clouds.local import REGION, LocalProvider
-from orch.job_output import job_output_workflow_id
+from orch.job_output import cluster_job_key, job_output_workflow_id
 from orch.records import ClusterRecord, Placement
+from orch.runtime.job_records import JobRecord
 from orch.status import ClusterStatus, JobStatus
 from tests.workflows.histories import save_with_children
 from tests.workflows.test_managed_job import HeadJob, local_cloud
@@ -40,13 +41,14 @@ async def test_the_output_of_a_cluster_job_is_followed_through_the_store_and_cop
     assert info.head is not None
     job = HeadJob(info.head)
     job.set(JobStatus.RUNNING, "line 1\n")
+    submitted = JobRecord(id=1, status=JobStatus.RUNNING, submitted_at=job.submitted)
     queue = f"output-{uuid.uuid4().hex[:8]}"
     lines: list[str] = []
 
     async with Worker(env.client, task_queue=queue, workflows=[JobOutputWorkflow],
                       activities=[watch_job]):
         following = asyncio.ensure_future(print_cluster_job_output(
-            env.client, queue, record, 1, True, lines.append))
+            env.client, queue, record, submitted, True, lines.append))
         while lines != ["line 1"]:
             assert not following.done()
             await asyncio.sleep(0.05)
@@ -55,9 +57,11 @@ async def test_the_output_of_a_cluster_job_is_followed_through_the_store_and_cop
         assert lines == ["line 1", "line 2"]
 
         again: list[str] = []  # the copier ended: the store has it all, nothing is copied again
-        await print_cluster_job_output(env.client, queue, record, 1, False, again.append)
+        await print_cluster_job_output(env.client, queue, record, submitted, False,
+                                       again.append)
         assert again == lines
-        copier = env.client.get_workflow_handle(job_output_workflow_id("watched", "watched", 1))
+        copier = env.client.get_workflow_handle(
+            job_output_workflow_id("watched", cluster_job_key("watched", submitted)))
         finished = await copier.describe()
         assert finished.status == WorkflowExecutionStatus.COMPLETED
         await save_with_children(env.client, copier, "job_output")

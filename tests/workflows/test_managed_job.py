@@ -935,7 +935,7 @@ def local_cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Loc
         provider.terminate_instances(REGION, cluster)  # frees the nodes' loopback addresses
 
 
-def watch_request(provider: LocalProvider, nodes: int = 1, **options: float | bool
+def watch_request(provider: LocalProvider, nodes: int = 1, **options: float | str
                   ) -> WatchRequest:
     provider.run_instances(ProvisionConfig(cluster_name="watched", num_nodes=nodes,
                                            region=REGION))
@@ -981,16 +981,16 @@ async def test_a_cluster_jobs_watch_keeps_its_output_under_the_clusters_name_on_
 ) -> None:
     """The copier of ``orch logs`` (workflows/job_output.py): the same watch, the output
     where the CLI reads it (orch.client.cluster_output)."""
-    request = watch_request(local_cloud, cluster_job=True)
+    key = "watched/job-1-20261204T120000000000"
+    request = watch_request(local_cloud, cluster_output_key=key)
     HeadJob(request.head).set(JobStatus.SUCCEEDED, "line 1\nline 2\n")
 
     result = await asyncio.wait_for(ActivityEnvironment().run(watch_job, request), 30)
 
     assert result.job_status == JobStatus.SUCCEEDED
-    assert (orch_home() / "cluster_output" / "watched" / "job-1.log").read_bytes() == (
-        b"line 1\nline 2\n")
+    assert (orch_home() / "cluster_output" / f"{key}.log").read_bytes() == b"line 1\nline 2\n"
     lines: list[str] = []
-    OutputReader(cluster_job_output("watched", 1), lines.append).read_new()
+    OutputReader(cluster_job_output(key), lines.append).read_new()
     assert lines == ["line 1", "line 2"]
     assert not attempt_log_path(orch_home(), 7, 0, 1).exists()
 
