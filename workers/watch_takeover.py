@@ -1,10 +1,13 @@
-"""A worker that starts takes over the managed-job watches its host's dead worker held.
+"""A worker that starts takes over the job watches its host's dead worker held: managed
+jobs' and the output copiers of clusters' own jobs (``workflows/job_output.py``, which an
+``orch launch`` following its job waits on).
 
 The server retries a watch whose worker died only at the watch's heartbeat timeout
-(``workflows/managed_job.py``: minutes, because every running job's heartbeats are a
-steady cost of the server). A worker restarted on the same host (``orch`` restarts the
-embedded one on its next command; a service manager restarts a production one) need not
-wait that long: at start it lists the running managed jobs, and every watch whose last
+(``WATCH_CALL`` in ``workflows/options.py``: minutes, because every running job's
+heartbeats are a steady cost of the server). A worker restarted on the same host
+(``orch`` restarts the embedded one on its next command; a service manager restarts a
+production one) need not wait that long: at start it lists the running managed jobs and
+copiers, and every watch whose last
 worker was a process of this host that no longer exists is failed on that worker's behalf,
 with its last heartbeat details, so that the server retries it at once (the watch's retry
 policy), and the retry resumes from those details. Watches of other hosts' workers are
@@ -22,6 +25,7 @@ from temporalio.client import Client, WorkflowExecution
 from temporalio.exceptions import ApplicationError
 
 from orch.contracts.watch import WATCH_JOB
+from orch.job_output import JOB_OUTPUT_WORKFLOW
 from orch.records import MANAGED_JOB_WORKFLOW
 from workers.health import local_worker
 
@@ -68,14 +72,14 @@ async def take_over_orphaned_watches(client: Client) -> int:
                 log.info("watch of %s not taken over: %s", execution.id, exc)
                 return 0
 
-    query = f"WorkflowType = '{MANAGED_JOB_WORKFLOW}' AND ExecutionStatus = 'Running'"
+    query = (f"(WorkflowType = '{MANAGED_JOB_WORKFLOW}' OR WorkflowType = "
+             f"'{JOB_OUTPUT_WORKFLOW}') AND ExecutionStatus = 'Running'")
     try:
         executions = [e async for e in client.list_workflows(query)]
     except Exception as exc:  # noqa: BLE001
-        log.warning("could not list the running managed jobs: %s", exc)
+        log.warning("could not list the running job watches: %s", exc)
         return 0
     taken = sum(await asyncio.gather(*(one(e) for e in executions)))
     if taken:
-        log.info("took over %d managed-job watch(es) of a worker of this host that is gone",
-                 taken)
+        log.info("took over %d job watch(es) of a worker of this host that is gone", taken)
     return taken
