@@ -1,5 +1,7 @@
 """`orch launch` rides out a control plane that dies and comes back mid-launch: it says
-so, keeps following, and reports the launch's real outcome (issue 12, part 7)."""
+so, keeps following, and reports the launch's real outcome (issue 12, part 7); and a
+worker SIGKILLed while the launch follows its job's output, whose restart takes the
+output's copier over at once (workers/watch_takeover.py)."""
 
 from __future__ import annotations
 
@@ -58,4 +60,43 @@ def test_launch_follows_through_a_server_restart(tmp_path: Path) -> None:
         assert [c["status"] for c in cli.json("status")] == ["UP"]
     finally:
         cli("down", "-y", "steady", check=False)
+        cli("server", "stop")
+
+
+FOLLOWED = """\
+name: followed
+resources:
+  cloud: local
+  cpus: 1
+run: |
+  echo started; sleep 15; echo finished
+"""
+
+
+def test_a_worker_killed_while_a_launch_follows_its_job_is_taken_over_at_its_restart(
+    tmp_path: Path,
+) -> None:
+    cli = Orch(tmp_path / "follow-home")
+    cli.env["PYTHONUNBUFFERED"] = "1"
+    task = tmp_path / "followed.yaml"
+    task.write_text(FOLLOWED)
+    try:
+        cli("server", "start")
+        before = cli.plane().state()
+        assert before is not None and before.worker_pid
+        launch = cli.popen("launch", "-y", "-c", "followed", str(task))
+        assert launch.stdout is not None
+        for line in launch.stdout:  # the copier's watch runs on the worker from here on
+            if line.strip() == "started":
+                break
+        os.kill(before.worker_pid, signal.SIGKILL)
+        cli("server", "start")  # a new worker; the watch's heartbeat timeout is 5 minutes
+        restarted = time.monotonic()
+        output, _ = launch.communicate(timeout=300)
+
+        assert launch.returncode == 0, output
+        assert "finished" in output
+        assert time.monotonic() - restarted < 120, "the copier waited for its heartbeat timeout"
+    finally:
+        cli("down", "-y", "followed", check=False)
         cli("server", "stop")
