@@ -57,9 +57,8 @@ def copier_request(record: ClusterRecord, job: JobRecord) -> WatchRequest:
 
 
 async def _copier(temporal: TemporalClient, task_queue: str, record: ClusterRecord,
-                  job: JobRecord) -> WorkflowHandle:
+                  request: WatchRequest) -> WorkflowHandle:
     """The job's copier, started unless it runs or ran."""
-    request = copier_request(record, job)
     workflow_id = job_output_workflow_id(record.name, request.cluster_output_key)
     try:
         handle = await temporal.start_workflow(
@@ -67,7 +66,8 @@ async def _copier(temporal: TemporalClient, task_queue: str, record: ClusterReco
             task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            static_summary=f"output of job {job.id} on {record.name}, to the staging store")
+            static_summary=f"output of job {request.cluster_job_id} on {record.name}, "
+                           "to the staging store")
     except WorkflowAlreadyStartedError:  # it ran and ended: the store has its copy
         return temporal.get_workflow_handle(workflow_id)
     return handle
@@ -86,9 +86,9 @@ async def print_cluster_job_output(
 ) -> None:
     """Give ``job``'s output to ``on_line``, a line at a time; with ``follow``, until
     the job ended (module docstring)."""
-    handle = await _copier(temporal, task_queue, record, job)
-    reader = OutputReader(cluster_job_output(cluster_job_key(record.cloud_name, job)),
-                          on_line)
+    request = copier_request(record, job)
+    handle = await _copier(temporal, task_queue, record, request)
+    reader = OutputReader(cluster_job_output(request.cluster_output_key), on_line)
     while True:
         running, fresh = await _copying(handle)
         got = await asyncio.to_thread(reader.read_new)
