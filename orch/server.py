@@ -35,6 +35,13 @@ class ControlPlaneError(Exception):
     """The embedded control plane could not be started."""
 
 
+# The dev server's SQLite in write-ahead-log mode, every commit still synced (FULL): as
+# durable as SQLite's default rollback journal, which syncs the journal and the database
+# on every commit. Measured on the simulated cloud (one launch and down at a time): the
+# server's CPU per launch went from 0.85 s to about 0.5 s.
+SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=full")
+
+
 class ServerState(BaseModel):
     port: int
     ui_port: int
@@ -180,6 +187,7 @@ class ControlPlane:
             "--db-filename", str(self.dir / "temporal.db"),
             "--ip", "127.0.0.1", "--port", str(port), "--ui-port", str(ui_port),
             "--log-level", "warn",
+            *(arg for pragma in SQLITE_PRAGMAS for arg in ("--sqlite-pragma", pragma)),
         ]
         for name, kind in SEARCH_ATTRIBUTES.items():
             args += ["--search-attribute", f"{name}={kind}"]

@@ -191,7 +191,7 @@ def quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
     """The waiter polls every 0.05 to 0.5 s instead of 1 to 15 s: for fakes whose
     operations and instances move a step per read, not with time (so the test's clock
     does not pay for a real cloud's pace it does not have)."""
-    monkeypatch.setattr(waiting, "FIRST_GAP_S", 0.05)
+    monkeypatch.setattr(waiting, "MIN_GAP_S", 0.05)
     monkeypatch.setattr(waiting, "MAX_GAP_S", 0.5)
 
 

@@ -20,7 +20,7 @@ from orch.waiting import StartInstances, WaitProgress, after_operations, state_c
 
 def _wait(what: str, check: Callable[[], StateCheck], timeout_s: float) -> WaitProgress:
     return wait_until(check, WaitProgress(what=what, since=time.time()), timeout_s,
-                      lambda _: None, first_gap_s=0.01, max_gap_s=0.2)
+                      lambda _: None, min_gap_s=0.01, max_gap_s=0.2)
 
 
 def launch(provider: Provider, config: ProvisionConfig, timeout_s: float = 60.0

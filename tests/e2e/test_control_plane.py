@@ -6,8 +6,10 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,14 @@ def test_two_homes_run_side_by_side_on_their_own_ports(orch: Orch, tmp_path: Pat
         other("server", "stop")
     assert other.plane().state() is None
     assert "(up)" in orch("server", "status").stdout  # ours is untouched
+
+
+def test_the_servers_database_writes_ahead_of_its_log(orch: Orch) -> None:
+    """WAL mode (``orch.server.SQLITE_PRAGMAS``): the mode is kept in the file itself."""
+    orch("server", "start")
+    database = orch.plane().dir / "temporal.db"
+    with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
 def test_server_status_says_a_dead_worker_is_dead_and_how_to_restart_it(tmp_path: Path

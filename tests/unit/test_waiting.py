@@ -8,6 +8,7 @@ from orch.clouds.base import Operation, ProvisionConfig, ProvisionRecord, StateC
 from orch.clouds.errors import CapacityError, TransientError
 from orch.waiting import (
     MAX_GAP_S,
+    MIN_GAP_S,
     StartInstances,
     WaitProgress,
     after_operations,
@@ -41,24 +42,41 @@ def checks(*seen: str, done_after: int | None = None):
     return check, calls
 
 
-def test_polls_with_doubling_gaps_up_to_the_cap_and_reports_every_poll() -> None:
+def test_polls_with_gaps_that_grow_with_the_time_waited_up_to_the_cap() -> None:
     clock = Clock()
     reports: list[WaitProgress] = []
-    check, calls = checks("i-1=pending", done_after=8)
+    check, calls = checks("i-1=pending", done_after=40)
     start = WaitProgress(what="c RUNNING in r", since=clock.now)
 
     final = wait_until(check, start, 900, reports.append, sleep=clock.sleep,
                        now=lambda: clock.now)
 
-    assert clock.sleeps == [1, 2, 4, 8, MAX_GAP_S, MAX_GAP_S, MAX_GAP_S]
-    assert len(calls) == 8 and final.polls == 8
-    assert [r.polls for r in reports] == list(range(1, 9))
+    assert len(calls) == 40 and final.polls == 40
+    assert [r.polls for r in reports] == list(range(1, 41))
     assert reports[-1].last_seen == "i-1=pending"
+    # Half a second apart at first, then a fifth of the time waited, then the cap.
+    assert clock.sleeps[:6] == [MIN_GAP_S] * 6
+    waited = 0.0
+    for gap in clock.sleeps:
+        assert gap == pytest.approx(min(max(waited / 5, MIN_GAP_S), MAX_GAP_S))
+        waited += gap
+    assert clock.sleeps[-1] == MAX_GAP_S
+    assert MIN_GAP_S < clock.sleeps[12] < MAX_GAP_S
+
+
+def test_a_boot_is_seen_within_a_fifth_of_its_length_after_it_ends() -> None:
+    for boot_s in (5.0, 20.0, 60.0):
+        clock = Clock()
+        booted_at = clock.now + boot_s
+        wait_until(lambda: StateCheck(done=clock.now >= booted_at, seen="i-1"),  # noqa: B023
+                   WaitProgress(what="c RUNNING in r", since=clock.now), 900, lambda _: None,
+                   sleep=clock.sleep, now=lambda: clock.now)  # noqa: B023
+        assert clock.now - booted_at <= boot_s / 5
 
 
 def test_gives_up_after_the_timeout_counted_from_the_first_attempt() -> None:
     clock = Clock()
-    check, _ = checks("i-1=pending", "i-1=pending", "i-1=stopping")
+    check, _ = checks("i-1=pending", "i-1=stopping")
     # An earlier attempt started 890 s ago and polled 40 times before its worker died.
     earlier = WaitProgress(what="c RUNNING in r", since=clock.now - 890, polls=40).model_dump()
     progress = resumed("c RUNNING in r", earlier, clock.now)
@@ -71,8 +89,9 @@ def test_gives_up_after_the_timeout_counted_from_the_first_attempt() -> None:
     assert raised.value.code == "WaitTimeout"
     assert raised.value.message == (
         "gave up after 900 s waiting for c RUNNING in r: last seen i-1=stopping")
-    # Polls at 890, 891, 893, 897 and 905 s into the wait: the first attempt's deadline, kept.
-    assert clock.sleeps == [1, 2, 4, 8]
+    # Polls at 890 and 905 s into the wait (the gap is capped): the first attempt's deadline,
+    # kept.
+    assert clock.sleeps == [MAX_GAP_S]
 
 
 def test_an_earlier_attempt_that_waited_for_something_else_is_not_resumed() -> None:
@@ -160,7 +179,7 @@ def test_run_instances_is_called_again_while_it_waits_and_its_calls_add_up() -> 
     final = wait_until(start, WaitProgress(what="c started in r", since=clock.now), 300,
                        lambda _: None, sleep=clock.sleep, now=lambda: clock.now)
 
-    assert provider.calls == ["run_instances"] * 2 and clock.sleeps == [1]
+    assert provider.calls == ["run_instances"] * 2 and clock.sleeps == [MIN_GAP_S]
     assert final.polls == 2
     assert start.record.resumed_instance_ids == ["c-head", "c-worker-1"]
     assert start.record.created_instance_ids == ["c-worker-2"]
