@@ -92,6 +92,9 @@ class SemaphoreState(BaseModel):
     finished_request_ids: list[str] = []
     """Dedup keys of released requests, oldest first, at most FINISHED_REQUESTS_KEPT."""
     next_reclaim_at: datetime | None = None
+    undelivered: list[str] = []
+    """Request ids granted whose grant signal was not sent yet, in sending order: a run
+    that continues as new hands them to the next one to send."""
 
     def pool(self, kind: PermitKind) -> PermitPool:
         return self.launch if kind == "launch" else self.job

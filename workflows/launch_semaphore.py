@@ -13,7 +13,9 @@ Updates, so a waiting room of Updates stalls at 10):
   signal-with-start, and this way the semaphore is created on first use and re-created
   if it was ever terminated, with the limits configured on the worker.
 - When a permit is free the semaphore signals ``orch_permit_granted`` (`PermitGrant`)
-  back to the holder; workflows/permits.py waits for it.
+  back to the holder; workflows/permits.py waits for it. Launch grants go out before job
+  slots' (a launch holds a permit others wait for; a job slot's holder only waits to
+  launch), and at most ``JOB_GRANTS_IN_FLIGHT`` job-slot grants are under way at once.
 - The holder sends ``release`` (`ReleaseRequest`) when done, or to withdraw a request
   it no longer wants (it was cancelled while waiting).
 
@@ -38,11 +40,12 @@ holder that dies while still waiting is dropped when its turn comes: the grant s
 fails with "external workflow not found" and the permit goes to the next waiter.
 
 Continue-as-new: when the server suggests it or after ``max_events_per_run`` events,
-the workflow stops granting (acquires and releases are still recorded; a freed permit
-waits for the next run), waits until every grant signal is delivered, no reclaim sweep
-is in flight and all handlers have finished, then continues as new with its whole state
-(holders, waiters, dedup keys, next sweep time) in `SemaphoreState`; the next run grants
-what is free first. Without the pause, a steady flow of grants always has one in flight
+the workflow stops granting and sending grants (acquires and releases are still
+recorded; a freed permit waits for the next run), waits until the grant signals under
+way are delivered, no reclaim sweep is in flight and all handlers have finished, then
+continues as new with its whole state (holders, waiters, grants not sent yet, dedup
+keys, next sweep time) in `SemaphoreState`; the next run sends the grants it was handed,
+then grants what is free. Without the pause, a steady flow of grants always has one in flight
 and the run never ends (13,500 events were seen at 2,000 jobs; the server's limit is
 51,200). Signals that arrive during
 the switch are not lost: the server rejects the continue-as-new completion while new
@@ -94,9 +97,18 @@ LAUNCH_WAITING_ATTRIBUTE = SearchAttributeKey.for_int(SA_LAUNCH_WAITING)
 
 # Grant signals sent at once; Temporal allows 2,000 pending outgoing signals per workflow.
 GRANTS_IN_FLIGHT = 500
+# Job-slot grants sent at once (with LAUNCH_GRANTS_FIRST_PATCH): 2,000 jobs submitted
+# together no longer put 500 signals in one workflow task (it timed out), and a launch
+# permit freed meanwhile goes out before them.
+JOB_GRANTS_IN_FLIGHT = 100
 # workflow.patched id: grants pause while a due continue-as-new waits (histories recorded
 # before it granted on, and continued as new only in a lull).
 PAUSE_FOR_CONTINUE_AS_NEW_PATCH = "semaphore-pause-grants-for-continue-as-new"
+# workflow.patched id: launch grants are sent before job slots', job slots at most
+# JOB_GRANTS_IN_FLIGHT at once, and grants not sent when a continue-as-new is due are
+# carried to the next run (before, the run sent them all first, and 2,000 job slots
+# granted at once stalled every launch permit for minutes).
+LAUNCH_GRANTS_FIRST_PATCH = "semaphore-launch-grants-first"
 
 
 @workflow.defn(name=LAUNCH_SEMAPHORE_WORKFLOW)
@@ -109,9 +121,14 @@ class LaunchSemaphoreWorkflow:
         for pool in (self._state.launch, self._state.job):
             self._known_request_ids.update(h.request.request_id for h in pool.holders)
             self._known_request_ids.update(w.request_id for w in pool.waiters)
-        self._undelivered: list[PermitHolder] = []
-        # Grant signals under way; referenced here because the event loop holds tasks weakly.
-        self._deliveries: set[asyncio.Task[None]] = set()
+        granted = {h.request.request_id: h for h in self._state.all_holders()}
+        self._undelivered: list[PermitHolder] = [
+            granted[request_id] for request_id in self._state.undelivered
+            if request_id in granted]
+        self._state.undelivered = []
+        # Grant signals under way, with their kind; referenced here because the event loop
+        # holds tasks weakly.
+        self._deliveries: dict[asyncio.Task[None], PermitKind] = {}
         self._reclaiming = False
         self._published_counts: tuple[int, int] | None = None
         self._reclaimer: asyncio.Task[None] | None = None
@@ -131,6 +148,7 @@ class LaunchSemaphoreWorkflow:
             if self._counts_unpublished():
                 self._publish_counts()
             if self._ready_to_continue_as_new():
+                self._state.undelivered = [h.request.request_id for h in self._undelivered]
                 workflow.continue_as_new(
                     LaunchSemaphoreInput(settings=self._settings, state=self._state)
                 )
@@ -209,16 +227,37 @@ class LaunchSemaphoreWorkflow:
             self._known_request_ids.discard(finished.pop(0))
 
     def _send_grants(self) -> None:
-        """Starts a grant signal for each new holder, in grant order, at most
-        GRANTS_IN_FLIGHT at once. Signals go out in the same workflow task as the
-        acquire or release that freed the permit, without waiting for earlier ones."""
-        while self._undelivered and len(self._deliveries) < GRANTS_IN_FLIGHT:
-            delivery = asyncio.create_task(self._signal_grant(self._undelivered.pop(0)))
-            self._deliveries.add(delivery)
-            delivery.add_done_callback(self._delivery_done)
+        """Starts a grant signal for each new holder: launch permits first, then job
+        slots (at most JOB_GRANTS_IN_FLIGHT at once), each kind in grant order, and
+        nothing once a continue-as-new is due (the next run sends the rest). Signals go
+        out in the same workflow task as the acquire or release that freed the permit,
+        without waiting for earlier ones."""
+        if not workflow.patched(LAUNCH_GRANTS_FIRST_PATCH):
+            while self._undelivered and len(self._deliveries) < GRANTS_IN_FLIGHT:
+                self._deliver(self._undelivered.pop(0))
+            return
+        while not self._grants_paused() and (holder := self._next_to_deliver()) is not None:
+            self._undelivered.remove(holder)
+            self._deliver(holder)
+
+    def _next_to_deliver(self) -> PermitHolder | None:
+        if len(self._deliveries) >= GRANTS_IN_FLIGHT:
+            return None
+        launch = next((h for h in self._undelivered if h.request.kind == "launch"), None)
+        if launch is not None:
+            return launch
+        jobs_in_flight = sum(kind == "job" for kind in self._deliveries.values())
+        if self._undelivered and jobs_in_flight < JOB_GRANTS_IN_FLIGHT:
+            return self._undelivered[0]
+        return None
+
+    def _deliver(self, holder: PermitHolder) -> None:
+        delivery = asyncio.create_task(self._signal_grant(holder))
+        self._deliveries[delivery] = holder.request.kind
+        delivery.add_done_callback(self._delivery_done)
 
     def _delivery_done(self, delivery: asyncio.Task[None]) -> None:
-        self._deliveries.discard(delivery)
+        self._deliveries.pop(delivery, None)
         self._send_grants()
 
     async def _signal_grant(self, holder: PermitHolder) -> None:
@@ -311,7 +350,7 @@ class LaunchSemaphoreWorkflow:
     def _ready_to_continue_as_new(self) -> bool:
         return (
             self._continue_as_new_due()
-            and not self._undelivered
+            and (not self._undelivered or workflow.patched(LAUNCH_GRANTS_FIRST_PATCH))
             and not self._deliveries
             and not self._reclaiming
             and workflow.all_handlers_finished()

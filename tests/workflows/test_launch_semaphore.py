@@ -49,6 +49,7 @@ from orch.semaphore import (
 )
 from tests.workflows.histories import latest, load, save_with_children
 from workflows.launch_semaphore import (
+    JOB_GRANTS_IN_FLIGHT,
     LAUNCH_HOLDERS_ATTRIBUTE,
     LAUNCH_WAITING_ATTRIBUTE,
     LaunchSemaphoreWorkflow,
@@ -523,6 +524,53 @@ async def test_a_steady_flow_of_grants_does_not_keep_a_run_from_continuing_as_ne
     assert len(acquires) == 400 and harness.recorder.most_in_flight["job"] <= 40
     final = await harness.pool("job")
     assert (final.held, final.waiting) == (0, 0)
+
+
+def most_grants_in_flight(history: WorkflowHistory) -> int:
+    """The most grant signals initiated and not yet answered at any point of a run."""
+    in_flight: set[int] = set()
+    most = 0
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED:
+            in_flight.add(event.event_id)
+        elif event.event_type == EventType.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED:
+            in_flight.discard(
+                event.external_workflow_execution_signaled_event_attributes.initiated_event_id)
+        elif event.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED:
+            in_flight.discard(
+                event.signal_external_workflow_execution_failed_event_attributes
+                .initiated_event_id)
+        most = max(most, len(in_flight))
+    return most
+
+
+async def test_job_slots_granted_at_once_hold_up_neither_launches_nor_continue_as_new(
+    harness: Harness,
+) -> None:
+    """250 jobs ask for a slot at once: at most JOB_GRANTS_IN_FLIGHT slot grants are under
+    way at a time, a launch asking meanwhile gets its permit, and a run whose
+    continue-as-new is due hands the grants it has not sent to the next run. Before, a
+    run sent every grant first (500 at once): 2,000 jobs submitted together stalled
+    every launch for minutes, and the first run reached 10,000 events."""
+    jobs, max_events = 250, 150
+    await harness.start_semaphore(SemaphoreSettings(
+        limits=PermitLimits(launch=1, job=300), max_events_per_run=max_events))
+    await asyncio.gather(*(harness.start_holder(f"j{i}", kind="job", hold_for=timedelta(hours=1))
+                           for i in range(jobs)))
+    await harness.finish(await harness.start_holder("launch"))
+    for _ in range(1200):  # every job holds its slot (the test polls: no time is skipped)
+        if sum(e.kind == "job" for e in harness.recorder.events) == jobs:
+            break
+        await asyncio.sleep(0.05)
+    assert sum(e.kind == "job" for e in harness.recorder.events) == jobs
+
+    histories = await harness.run_histories()
+    acquires, grants = await acquires_and_grants(harness.client, histories)
+    assert Counter(g.request_id for g in grants) == Counter({a.request_id: 1 for a in acquires})
+    assert_fifo(acquires, grants)
+    _, first_run_grants = await acquires_and_grants(harness.client, histories[:1])
+    assert len(first_run_grants) < jobs, "the first run sent every grant before continuing"
+    assert max(most_grants_in_flight(h) for h in histories) <= JOB_GRANTS_IN_FLIGHT + 1
 
 
 async def test_launch_counts_are_published_as_search_attributes(
