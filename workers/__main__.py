@@ -24,6 +24,12 @@ from workers.watch_takeover import take_over_orphaned_watches
 # holds its slot for a job's whole life, so the slot limit is far above the thread count.
 MAX_ACTIVITY_THREADS = 128
 MAX_CONCURRENT_ACTIVITIES = 4096
+# Workflows kept in memory between their tasks (the SDK's default is 1,000). Each of
+# 2,000 running managed jobs is a workflow; past the cache, every signal or activity result
+# for an evicted one replays its whole history first (with the 1,000 default, 2,000 jobs
+# were admitted at 0.5 a second, 200 at 1 a second). A cached job costs the worker well
+# under a megabyte (bench/managed_jobs_scale.py measures it).
+MAX_CACHED_WORKFLOWS = 10_000
 
 
 async def run_worker(settings: TemporalSettings, task_queue: str = TASK_QUEUE) -> None:
@@ -40,6 +46,7 @@ async def run_worker(settings: TemporalSettings, task_queue: str = TASK_QUEUE) -
             activities=activities(client),
             activity_executor=executor,
             max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES,
+            max_cached_workflows=MAX_CACHED_WORKFLOWS,
             identity=worker_identity(),  # what the health check looks for
         )
         async with worker:
