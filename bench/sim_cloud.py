@@ -20,11 +20,18 @@ from orch.clouds.simulated import ENV, SimConfig, SimRegion, SimulatedProvider, 
 from orch.clouds.simulated_node import end_job, write_head_files
 from orch.server import ControlPlane, ServerState
 from orch.status import JobStatus
-from tests.fakes.sshd import NOT_TOP_LEVEL, Sshd, keygen, unavailable_reason
+from tests.fakes.sshd import Sshd, keygen, unavailable_reason
 
 # sshd takes at most this many connections being set up at once (the default 10:30:100
 # refuses a ramp of watches reconnecting together).
 MAX_STARTUPS = "200:30:400"
+# sshd runs the ForceCommand with the user's shell, and bash run by sshd as a top-level
+# shell reads ~/.bashrc, this machine's user's: here root's, whose `pyenv init` runs
+# pyenv-rehash, tens of milliseconds of CPU and a lock, for every command of every
+# simulated head (with 2,000 watches, more than the machine's two cores). A cloud image's
+# .bashrc returns at once for non-interactive shells; a shell level of 2 makes bash skip
+# it here, so a head's command costs what it would on a head.
+NOT_TOP_LEVEL = "SHLVL=1"
 
 
 def regions(count: int, zones: int = 1, capacity: int = 100_000) -> dict[str, SimRegion]:

@@ -18,13 +18,6 @@ from pathlib import Path
 SSHD = Path("/usr/sbin/sshd")
 PRIVSEP_DIR = Path("/run/sshd")  # compiled into Debian's sshd; normally made by systemd
 START_TIMEOUT = 15.0
-# sshd runs commands with the user's shell, and bash run by sshd as a top-level shell
-# reads ~/.bashrc, this machine's user's: here root's, whose `pyenv init` runs
-# pyenv-rehash, tens of milliseconds of CPU and a lock, for every command (with 2,000
-# simulated heads, more than the machine's two cores; with six sessions at once, a lost
-# race printed "pyenv: cannot rehash" into a command's output). A cloud image's .bashrc
-# returns at once for non-interactive shells; a shell level of 2 makes bash skip it here.
-NOT_TOP_LEVEL = "SHLVL=1"
 
 
 def unavailable_reason() -> str | None:

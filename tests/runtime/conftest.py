@@ -14,7 +14,7 @@ import pytest
 
 from orch.clouds.base import NodeInfo
 from orch.runtime.ssh_connect import POOL
-from tests.fakes.sshd import NOT_TOP_LEVEL, Sshd, keygen, unavailable_reason
+from tests.fakes.sshd import Sshd, keygen, unavailable_reason
 
 
 @pytest.fixture(scope="session")
@@ -39,8 +39,7 @@ def sshd_factory(ssh_client_key: Path, tmp_path: Path) -> Iterator[Callable[...,
     servers: list[Sshd] = []
 
     def make(port: int | None = None) -> Sshd:
-        server = Sshd(tmp_path / f"sshd-{len(servers)}", ssh_client_key.with_suffix(".pub"), port,
-                      extra_config=f"SetEnv {NOT_TOP_LEVEL}\n")
+        server = Sshd(tmp_path / f"sshd-{len(servers)}", ssh_client_key.with_suffix(".pub"), port)
         servers.append(server)
         return server
 
