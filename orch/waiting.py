@@ -5,9 +5,8 @@ describe that says whether the cluster has reached a state, what it saw, or rais
 it never will. :func:`wait_until` turns such a check into a wait: it polls with a gap that
 grows with the time waited so far (a fifth of it, at least 0.5 s and at most 15 s: a
 5 s boot is seen within a second of it, a 60 s one within 12 s, and a long Azure create
-costs few calls; gaps that doubled from 1 s saw a 5 s boot only at 7 s), reports its
-:class:`WaitProgress` after every poll, and gives up with a TransientError once
-``timeout_s`` has passed *since the wait first started*.
+costs few calls), reports its :class:`WaitProgress` after every poll, and gives up with a
+TransientError once ``timeout_s`` has passed *since the wait first started*.
 
 That last point is what makes a wait resumable: the progress carries the wall-clock time
 the first attempt started, so an attempt retried after a worker crash passes the last
@@ -103,11 +102,12 @@ def wait_until(
         report(progress)
         if seen.done:
             return progress
-        if now() - progress.since >= timeout_s:
+        waited_s = now() - progress.since
+        if waited_s >= timeout_s:
             raise TransientError(
                 f"gave up after {timeout_s:g} s waiting for {progress.what}: "
                 f"last seen {seen.seen or 'nothing'}", code="WaitTimeout")
-        sleep(next_gap(now() - progress.since, min_gap_s, max_gap_s))
+        sleep(next_gap(waited_s, min_gap_s, max_gap_s))
 
 
 def next_gap(waited_s: float, min_gap_s: float, max_gap_s: float) -> float:
