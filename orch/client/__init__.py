@@ -42,7 +42,7 @@ from temporalio.service import RPCStatusCode
 from orch.client.attribution import requester, start_attributes
 from orch.client.cluster_output import print_cluster_job_output
 from orch.client.codec import CodecKeyError, orch_data_converter
-from orch.client.following import OrchError, update_failure, update_result
+from orch.client.following import OrchError, stop_following, update_failure, update_result
 from orch.config import TASK_QUEUE, TemporalSettings, orch_home
 from orch.fit import TASK_DOES_NOT_FIT
 from orch.lifecycle import Autostop
@@ -341,7 +341,7 @@ class Client:
         except WorkflowUpdateFailedError as err:
             raise update_failure(err) from None
         finally:
-            result.cancel()
+            stop_following(result)
 
     async def _update(self, cluster: str, name: str, request: Any, result_type: type,
                       on_step: Callable[[str], None] | None = None) -> Any:

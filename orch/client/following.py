@@ -92,3 +92,12 @@ async def update_result(update: WorkflowUpdateHandle[Any],
         if away and on_step is not None:
             on_step("the control plane answers again")
         return outcome
+
+
+def stop_following(follower: asyncio.Future[Any]) -> None:
+    """Stop waiting for an update's outcome (Ctrl-C, or an error while reporting); the
+    operation goes on in the workers. The SDK turns the cancelled poll into a
+    WorkflowUpdateRPCTimeoutOrCancelledError, which is read here: left unread, asyncio
+    prints it with a traceback ("exception was never retrieved") at the user's Ctrl-C."""
+    follower.cancel()
+    follower.add_done_callback(lambda done: done.cancelled() or done.exception())

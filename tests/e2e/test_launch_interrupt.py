@@ -8,6 +8,7 @@ import fcntl
 import os
 import pty
 import select
+import signal
 import subprocess
 import termios
 import time
@@ -32,7 +33,10 @@ run: |
 
 def _own_terminal() -> None:
     """In the child: a session of its own whose controlling terminal is the pty (stdin),
-    so that Ctrl-C typed there is a SIGINT, as at a user's terminal."""
+    so that Ctrl-C typed there is a SIGINT, as at a user's terminal. SIGINT is handled as
+    there too: a test run started as a shell's background job ignores it, and an ignored
+    signal stays ignored across exec (the CLI would then never see the Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.setsid()
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
