@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle, WorkflowHistory, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
@@ -81,6 +82,54 @@ async def test_launch_runs_the_steps_in_order_and_submits_job_1(harness: Harness
     assert [n.internal_ip for n in result.record.info.nodes] == ["10.0.0.1", "10.0.0.2"]
     assert result.record.gcs_address == "10.0.0.1:6380"
     await save_with_children(harness.env.client, handle, "cluster_launch")
+
+
+def commands_per_workflow_task(history: WorkflowHistory) -> list[list[EventType.ValueType]]:
+    """The events each completed workflow task of ``history`` recorded (its commands)."""
+    batches: list[list[EventType.ValueType]] = []
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            batches.append([])
+        elif batches and event.event_type in COMMAND_EVENTS:
+            batches[-1].append(event.event_type)
+    return batches
+
+
+COMMAND_EVENTS = {
+    EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+    EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
+    EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+}
+
+
+async def test_a_launch_reports_each_step_as_it_starts_it_and_every_report_arrives(
+    harness: Harness,
+) -> None:
+    """A step's progress signal leaves with the step's own command, rather than a workflow
+    task later (a round trip through the server per step, on the launch's critical path);
+    the cluster's record still has every step, in order, when the launch returns."""
+    handle = await harness.cluster()
+    result = await harness.launch(handle)
+
+    children = [e.child_workflow_execution_started_event_attributes.workflow_execution
+                for e in (await handle.fetch_history()).events
+                if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED]
+    launch = harness.env.client.get_workflow_handle(children[0].workflow_id)
+    batches = commands_per_workflow_task(await launch.fetch_history())
+    signal = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+    steps = [EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+             EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED]
+    reported = [batch for batch in batches if signal in batch]
+    # Each report goes out with its step, but "runtime ready": the next report, "syncing
+    # files", waits for it (reports reach the cluster in order).
+    assert len(reported) == 7
+    assert [batch for batch in reported if not any(step in batch for step in steps)] == [
+        [signal]]
+    assert result.record.events == [  # the failover's own reports among the launch's
+        "provisioning", "waiting for a launch permit", "got a launch permit",
+        "provisioning on local local", "waiting for nodes", "setting up runtime",
+        "starting Ray", "runtime ready", "syncing files", "running setup"]
 
 
 async def test_every_cloud_call_uses_the_name_on_cloud_and_the_record_keeps_the_name(
