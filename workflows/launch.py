@@ -33,7 +33,6 @@ with workflow.unsafe.imports_passed_through():
     from orch.contracts.storage import BucketMount
     from orch.records import (
         LAUNCH_WORKFLOW,
-        PROGRESS_SIGNAL,
         LaunchInput,
         LaunchOutput,
         LaunchProgress,
@@ -43,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import storage_steps
     from workflows.failover import FailoverInput, FailoverOutput, FailoverWorkflow
     from workflows.options import LONG_CALL
+    from workflows.progress import ProgressReports
     from workflows.shielding import shielded
 
 CANCEL_BY_ID_PATCH = "launch-cancel-failover-by-id"  # workflow.patched id
@@ -52,29 +52,12 @@ OVERLAPPED_REPORTS_PATCH = "launch-reports-overlap-steps"  # workflow.patched id
 @workflow.defn(name=LAUNCH_WORKFLOW)
 class LaunchWorkflow:
     def __init__(self) -> None:
-        self._reporting: asyncio.Task[None] | None = None
+        self.reports = ProgressReports(OVERLAPPED_REPORTS_PATCH)
 
     async def _report(self, progress: LaunchProgress) -> None:
-        """Tell the parent (the cluster's workflow) of a step. The signal leaves with the
-        step's own command and is awaited only before the next report (so reports arrive
-        in order) and before the launch ends: awaiting it at once cost every step a round
-        trip through the server on the launch's critical path."""
+        """Tell the parent (the cluster's or the managed job's workflow) of a step."""
         workflow.set_current_details(f"**Now:** {progress.step}")
-        parent = workflow.info().parent
-        if parent is None:
-            return
-        handle = workflow.get_external_workflow_handle(parent.workflow_id)
-        if not workflow.patched(OVERLAPPED_REPORTS_PATCH):
-            await handle.signal(PROGRESS_SIGNAL, progress)
-            return
-        await self._reported()
-        self._reporting = asyncio.ensure_future(handle.signal(PROGRESS_SIGNAL, progress))
-
-    async def _reported(self) -> None:
-        """Wait until the last report has reached the parent."""
-        reporting, self._reporting = self._reporting, None
-        if reporting is not None:
-            await reporting
+        await self.reports.send(self._parent_id(), progress)
 
     async def _await_failover(
         self, failover: workflow.ChildWorkflowHandle[Any, FailoverOutput]
@@ -128,7 +111,7 @@ class LaunchWorkflow:
         try:
             return await self._launch(request)
         finally:  # however it ends, the parent has every report before the end
-            await shielded(self._reported())
+            await shielded(self.reports.drained())
 
     async def _launch(self, request: LaunchInput) -> LaunchOutput:
         task = request.task

@@ -9,13 +9,19 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHandle, WorkflowHistory, WorkflowUpdateFailedError
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from orch.clouds.base import InstanceStatus
 from orch.records import (
     JOBS_UPDATE,
+    PROGRESS_SIGNAL,
     ClusterRecord,
     DownRequest,
     ExecRequest,
@@ -84,23 +90,36 @@ async def test_launch_runs_the_steps_in_order_and_submits_job_1(harness: Harness
     await save_with_children(harness.env.client, handle, "cluster_launch")
 
 
-def commands_per_workflow_task(history: WorkflowHistory) -> list[list[EventType.ValueType]]:
-    """The events each completed workflow task of ``history`` recorded (its commands)."""
-    batches: list[list[EventType.ValueType]] = []
-    for event in history.events:
+async def first_child(client: Client, parent: WorkflowHandle) -> WorkflowHandle:
+    """The first child workflow ``parent`` started."""
+    started = next(e for e in (await parent.fetch_history()).events
+                   if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED)
+    return client.get_workflow_handle(
+        started.child_workflow_execution_started_event_attributes.workflow_execution.workflow_id)
+
+
+STEPS = {EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+         EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED}
+
+
+def is_report(event: HistoryEvent) -> bool:
+    attributes = event.signal_external_workflow_execution_initiated_event_attributes
+    return (event.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+            and attributes.signal_name == PROGRESS_SIGNAL)
+
+
+async def reports_alone(handle: WorkflowHandle) -> tuple[int, list[int]]:
+    """How many progress reports the workflow sent, and which of them (0-based) went out
+    without a step of their own: the workflow waited for those to arrive before going on."""
+    batches: list[list[HistoryEvent]] = []  # the commands of each completed workflow task
+    for event in (await handle.fetch_history()).events:
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             batches.append([])
-        elif batches and event.event_type in COMMAND_EVENTS:
-            batches[-1].append(event.event_type)
-    return batches
-
-
-COMMAND_EVENTS = {
-    EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
-    EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
-    EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
-}
+        elif batches:
+            batches[-1].append(event)
+    reported = [batch for batch in batches if any(is_report(e) for e in batch)]
+    return len(reported), [i for i, batch in enumerate(reported)
+                           if not any(e.event_type in STEPS for e in batch)]
 
 
 async def test_a_launch_reports_each_step_as_it_starts_it_and_every_report_arrives(
@@ -112,21 +131,15 @@ async def test_a_launch_reports_each_step_as_it_starts_it_and_every_report_arriv
     handle = await harness.cluster()
     result = await harness.launch(handle)
 
-    children = [e.child_workflow_execution_started_event_attributes.workflow_execution
-                for e in (await handle.fetch_history()).events
-                if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED]
-    launch = harness.env.client.get_workflow_handle(children[0].workflow_id)
-    batches = commands_per_workflow_task(await launch.fetch_history())
-    signal = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
-    steps = [EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
-             EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED]
-    reported = [batch for batch in batches if signal in batch]
-    # Each report goes out with its step, but "runtime ready": the next report, "syncing
-    # files", waits for it (reports reach the cluster in order).
-    assert len(reported) == 7
-    assert [batch for batch in reported if not any(step in batch for step in steps)] == [
-        [signal]]
-    assert result.record.events == [  # the failover's own reports among the launch's
+    launch = await first_child(harness.env.client, handle)
+    failover = await first_child(harness.env.client, launch)
+    # "runtime ready" (4) is followed by the next report, "syncing files", which waits for
+    # it: reports reach the cluster in order.
+    assert await reports_alone(launch) == (7, [4])
+    # "provisioning on local local" (2) names the region about to be used: the cluster
+    # records it before anything is made there.
+    assert await reports_alone(failover) == (3, [2])
+    assert result.record.events == [
         "provisioning", "waiting for a launch permit", "got a launch permit",
         "provisioning on local local", "waiting for nodes", "setting up runtime",
         "starting Ray", "runtime ready", "syncing files", "running setup"]
