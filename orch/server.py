@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -77,8 +78,30 @@ def _free(port: int) -> bool:
     return True
 
 
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10_000  # below: the ports of well-known services
+
+
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out to outgoing connections (Linux's default
+    range starts at 32768)."""
+    try:
+        return int(EPHEMERAL_PORTS.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _free_port() -> int:
-    with socket.socket() as sock:
+    """A free port below the kernel's ephemeral range. A port from that range (what
+    binding port 0 gives) can be taken by any outgoing connection on the machine while the
+    server is down, and the restarted server could not come back on its own port, which
+    clients following an operation keep using."""
+    candidates = list(range(LOWEST_PORT, max(_ephemeral_low(), LOWEST_PORT + 1)))
+    random.shuffle(candidates)
+    for port in candidates[:500]:
+        if _free(port):
+            return port
+    with socket.socket() as sock:  # every port tried is taken: any free one
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 

@@ -107,11 +107,15 @@ def _handshake(node: NodeInfo, pkey: paramiko.PKey | None, timeout: float) -> pa
 
 
 def _connect(node: NodeInfo, deadline: float) -> paramiko.SSHClient:
-    """Connect to ``node``, retrying with exponential backoff for ``deadline`` seconds."""
+    """Connect to ``node``, retrying with exponential backoff for ``deadline`` seconds.
+
+    The error raised names a refused key if any attempt saw one: that is why this node
+    stays unreachable, whatever a later attempt, cut short by the deadline, said last."""
     pkey = paramiko.PKey.from_path(node.ssh_key_path) if node.ssh_key_path else None
     give_up = time.monotonic() + deadline
     backoff = FIRST_BACKOFF
     attempts = 0
+    refused: paramiko.AuthenticationException | None = None
     while True:
         attempts += 1
         timeout = max(min(ATTEMPT_TIMEOUT, give_up - time.monotonic()), 0.1)
@@ -121,12 +125,15 @@ def _connect(node: NodeInfo, deadline: float) -> paramiko.SSHClient:
             raise
         except (OSError, EOFError, paramiko.SSHException) as exc:
             error: Exception = exc
+            if isinstance(exc, paramiko.AuthenticationException):
+                refused = exc
         remaining = give_up - time.monotonic()
         if remaining <= 0:
+            shown = refused or error
             raise NodeUnreachableError(
                 f"cannot reach {connection_key(node)} over SSH after {attempts} attempts "
-                f"in {deadline:g} s: {type(error).__name__}: {error}"
-            ) from error
+                f"in {deadline:g} s: {type(shown).__name__}: {shown}"
+            ) from shown
         log.debug("ssh %s not ready (%s), retrying", connection_key(node), error)
         time.sleep(min(backoff, remaining))
         backoff = min(backoff * 2, MAX_BACKOFF)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from orch.server import _free
+from orch.server import _ephemeral_low, _free, _free_port
 
 
 def test_a_port_in_time_wait_after_the_server_died_is_still_free() -> None:
@@ -39,3 +39,12 @@ def test_a_port_something_listens_on_is_not_free() -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         assert not _free(listener.getsockname()[1])
+
+
+def test_a_chosen_port_is_free_and_below_the_ephemeral_range() -> None:
+    """Outgoing connections take their local ports from the ephemeral range: a server port
+    from there could be taken while the server restarts (seen in CI: "bind: address
+    already in use" when the embedded server came back)."""
+    ports = {_free_port() for _ in range(20)}
+    assert all(10_000 <= port < _ephemeral_low() and _free(port) for port in ports)
+    assert len(ports) > 1  # spread, not the same first free port for every control plane
