@@ -74,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from orch.records import (
         FAILOVER_WORKFLOW,
+        PROGRESS_SIGNAL,
         CloudRegion,
         LaunchProgress,
         Placement,
@@ -91,8 +92,6 @@ with workflow.unsafe.imports_passed_through():
         failure_kind,
     )
     from workflows.permits import acquire_permit
-    from workflows.progress import ProgressReports
-    from workflows.shielding import shielded
 
 RETRY_ROUND_S = (30, 60, 120, 300)  # sleeps between rounds of --retry-until-up
 ROUNDS_PER_RUN = 10  # --retry-until-up rounds per workflow run, then continue-as-new
@@ -101,7 +100,6 @@ ROUNDS_PER_RUN = 10  # --retry-until-up rounds per workflow run, then continue-a
 RETRY_LIMIT_PATCH = "failover-retry-limit"  # unblocked failures count; throttling backs off
 CONTINUE_AS_NEW_PATCH = "failover-continue-as-new"  # retry-until-up rounds continue-as-new
 CLEAN_REGIONS_PATCH = "failover-clean-regions"  # a round ends by cleaning its regions
-OVERLAPPED_REPORTS_PATCH = "failover-reports-overlap-steps"  # workflows/progress.py
 
 
 def _resources_of(task: Task, candidate: Candidate) -> Resources:
@@ -145,7 +143,6 @@ def _stop_if_cancelled() -> None:
 @workflow.defn(name=FAILOVER_WORKFLOW)
 class FailoverWorkflow:
     def __init__(self) -> None:
-        self.reports = ProgressReports(OVERLAPPED_REPORTS_PATCH)
         self.log = AttemptLog()
         self.blocklist = Blocklist()
         self.retries = Retries()  # this round's failures that blocked nothing, per place
@@ -159,12 +156,6 @@ class FailoverWorkflow:
 
     @workflow.run
     async def run(self, request: FailoverInput) -> FailoverOutput:
-        try:
-            return await self._failover(request)
-        finally:  # however it ends (continue-as-new too), the cluster has every report
-            await shielded(self.reports.drained())
-
-    async def _failover(self, request: FailoverInput) -> FailoverOutput:
         self.blocklist = request.blocklist
         self.log = request.attempts
         rounds = request.rounds
@@ -383,16 +374,12 @@ class FailoverWorkflow:
     async def _report(self, request: FailoverInput, step: str,
                       waiting_for_permit: bool | None = None, touched: CloudRegion | None = None,
                       cleaned: list[CloudRegion] | None = None) -> None:
-        """Tell the cluster's workflow of a step. A region about to be used (``touched``)
-        must be recorded there before anything is made in it, and regions ``cleaned`` are
-        reported where a failure to reach the cluster is forgiven: both are awaited."""
         workflow.logger.info("%s", step)
         self._show(step)
-        await self.reports.send(
-            request.report_to or None,
-            LaunchProgress(step=step, waiting_for_permit=waiting_for_permit, touched=touched,
-                           cleaned=cleaned or []),
-            overlap=touched is None and not cleaned)
+        if request.report_to:
+            await workflow.get_external_workflow_handle(request.report_to).signal(
+                PROGRESS_SIGNAL, LaunchProgress(step=step, waiting_for_permit=waiting_for_permit,
+                                                touched=touched, cleaned=cleaned or []))
 
     async def _clean_regions(self, request: FailoverInput, keep: Placement | None) -> None:
         """The round is over: remove what its attempts made besides instances (security
