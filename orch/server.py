@@ -96,9 +96,8 @@ def _free_port() -> int:
     binding port 0 gives) can be taken by any outgoing connection on the machine while the
     server is down, and the restarted server could not come back on its own port, which
     clients following an operation keep using."""
-    candidates = list(range(LOWEST_PORT, max(_ephemeral_low(), LOWEST_PORT + 1)))
-    random.shuffle(candidates)
-    for port in candidates[:500]:
+    below = range(LOWEST_PORT, max(_ephemeral_low(), LOWEST_PORT + 1))
+    for port in random.sample(below, k=min(500, len(below))):
         if _free(port):
             return port
     with socket.socket() as sock:  # every port tried is taken: any free one

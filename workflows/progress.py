@@ -5,9 +5,7 @@ A report is a signal. Awaiting each one at once cost every step a round trip thr
 server (the signal's completion, then a workflow task) on the launch's critical path, so
 a report that only says how far the launch is leaves with the next step's own command and
 is awaited before the next report (reports arrive in order) or the workflow's end
-(:meth:`ProgressReports.drained`). A report that records intent, such as the region an
-attempt is about to create things in, must have arrived before that step starts: it is
-sent with ``overlap=False``.
+(:meth:`ProgressReports.drained`).
 
 FailoverWorkflow still awaits each of its reports: sent this way (commit ``1c04204``), a
 ``down`` of a launch stuck in ``--retry-until-up`` (whose failover continues-as-new every
@@ -35,14 +33,13 @@ class ProgressReports:
         self._patch = patch
         self._in_flight: asyncio.Task[None] | None = None
 
-    async def send(self, to: str | None, progress: LaunchProgress, *,
-                   overlap: bool = True) -> None:
+    async def send(self, to: str | None, progress: LaunchProgress) -> None:
         """Report ``progress`` to workflow ``to`` (none: nobody follows this run)."""
         if to is None:
             return
         await self.drained()
         handle = workflow.get_external_workflow_handle(to)
-        if overlap and workflow.patched(self._patch):
+        if workflow.patched(self._patch):
             self._in_flight = asyncio.ensure_future(handle.signal(PROGRESS_SIGNAL, progress))
         else:
             await handle.signal(PROGRESS_SIGNAL, progress)
