@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Generator
 from pathlib import Path
 
 import pytest
@@ -11,6 +11,9 @@ import pytest_asyncio
 from temporalio.testing import WorkflowEnvironment
 
 from orch.client.codec import CodecKey, orch_data_converter
+from tests.server_dump import collect_orphaned_workflows, dump_histories
+
+CALL_FAILED = pytest.StashKey[bool]()
 
 BIN_DIR = Path(sys.executable).parent
 
@@ -22,14 +25,39 @@ def test_server_path() -> str:
     return str(path)
 
 
-@pytest_asyncio.fixture(scope="session")
-async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
-    """One time-skipping test server for the session (starting one costs seconds)."""
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Remember whether the test itself failed, for its fixtures' teardown."""
+    report = yield
+    if report.when == "call":
+        item.stash[CALL_FAILED] = report.failed
+    return report
+
+
+@pytest_asyncio.fixture
+async def time_skipping_env(request: pytest.FixtureRequest
+                            ) -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping test server of the test's own (starting one takes about 0.1 s).
+
+    The server's clock is one for everything it runs: it stands still while any workflow
+    or activity task is outstanding, and a workflow a finished test left open schedules
+    its next task, on a task queue nobody polls any more, as soon as a later test lets time
+    skip. A shared server then stops its clock for every test after (a three-day job hung
+    for 600 s in CI), and a test cut short mid-lock leaves it skipping for good (the
+    semaphore's holders "never finished" after ten simulated years). Temporal's testing
+    guide prescribes a server per differing time behaviour; one per test is the simple
+    form of it.
+    """
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=test_server_path(),
-        data_converter=orch_data_converter(CodecKey.generate("the test session")),
+        data_converter=orch_data_converter(CodecKey.generate("the test")),
     )
     try:
         yield env
+        if request.node.stash.get(CALL_FAILED, False):
+            where = await dump_histories(env.client, request.node.nodeid)
+            print(f"the test's Temporal histories: {where}")
     finally:
+        collect_orphaned_workflows()
         await env.shutdown()

@@ -28,6 +28,7 @@ path.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -115,7 +116,10 @@ async def acquire_permit(kind: PermitKind, *, semaphore_id: str = LAUNCH_SEMAPHO
         if on_queued is not None and isinstance(ahead, int):
             on_queued(ahead)
         await workflow.wait_condition(lambda: request.request_id in inbox.granted)
-    except BaseException:
+    except (asyncio.CancelledError, Exception):
+        # Not GeneratorExit, nor the SDK's eviction: a coroutine the garbage collector
+        # closes may run inside another workflow, which would get the release as its own
+        # command (tests/server_dump.py).
         await permit.release()
         raise
     inbox.granted.discard(request.request_id)

@@ -10,6 +10,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from orch.client.codec import CodecKey, orch_data_converter
+from tests.server_dump import collect_orphaned_workflows
 from workflows.launch_semaphore import LAUNCH_HOLDERS_ATTRIBUTE, LAUNCH_WAITING_ATTRIBUTE
 
 
@@ -27,4 +28,5 @@ async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
     try:
         yield env
     finally:
+        collect_orphaned_workflows()
         await env.shutdown()

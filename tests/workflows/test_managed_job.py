@@ -150,7 +150,7 @@ class JobCloud:
     async def _wait_if_held(self, name: str) -> None:
         """A held activity waits, heartbeating so that it hears of its cancellation (an
         activity the server still counts as running would stop the test server's clock
-        for the rest of the session)."""
+        until the test ends)."""
         held = self.held.get(name)
         while held is not None and not held.is_set():
             activity.heartbeat()
