@@ -46,8 +46,8 @@ async def time_skipping_env(request: pytest.FixtureRequest
     skip. A shared server then stops its clock for every test after (a three-day job hung
     for 600 s in CI), and a test cut short mid-lock leaves it skipping for good (the
     semaphore's holders "never finished" after ten simulated years). Temporal's testing
-    guide prescribes a server per differing time behaviour; one per test is the simple
-    form of it.
+    guide advises a server of their own for tests whose time behaves differently; one per
+    test is the simple form of that.
     """
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=test_server_path(),

@@ -18,8 +18,8 @@ from workflows.launch_semaphore import LAUNCH_HOLDERS_ATTRIBUTE, LAUNCH_WAITING_
 async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
     """A dev server of its own, with the semaphore's search attributes (the time-skipping
     server has none). Also for tests whose activities outlive their workflow (a cancelled
-    call that returns later): the shared time-skipping server would then keep its clock
-    stopped for every later test."""
+    call that returns later): a time-skipping server would keep its clock stopped while
+    such an activity runs."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(Path(sys.executable).parent / "temporal"),
         data_converter=orch_data_converter(CodecKey.generate("the test")),
