@@ -11,9 +11,7 @@ import pytest_asyncio
 from temporalio.testing import WorkflowEnvironment
 
 from orch.client.codec import CodecKey, orch_data_converter
-from tests.server_dump import collect_orphaned_workflows, dump_histories
-
-CALL_FAILED = pytest.StashKey[bool]()
+from tests.server_teardown import CALL_FAILED, leave_server
 
 BIN_DIR = Path(sys.executable).parent
 
@@ -55,9 +53,5 @@ async def time_skipping_env(request: pytest.FixtureRequest
     )
     try:
         yield env
-        if request.node.stash.get(CALL_FAILED, False):
-            where = await dump_histories(env.client, request.node.nodeid)
-            print(f"the test's Temporal histories: {where}")
     finally:
-        collect_orphaned_workflows()
-        await env.shutdown()
+        await leave_server(env, request.node)

@@ -119,7 +119,7 @@ async def acquire_permit(kind: PermitKind, *, semaphore_id: str = LAUNCH_SEMAPHO
     except (asyncio.CancelledError, Exception):
         # Not GeneratorExit, nor the SDK's eviction: a coroutine the garbage collector
         # closes may run inside another workflow, which would get the release as its own
-        # command (tests/server_dump.py).
+        # command (tests/server_teardown.py).
         await permit.release()
         raise
     inbox.granted.discard(request.request_id)

@@ -10,7 +10,9 @@ is awaited before the next report (reports arrive in order) or the workflow's en
 FailoverWorkflow still awaits each of its reports: sent this way (commit ``1c04204``), a
 ``down`` of a launch stuck in ``--retry-until-up`` (whose failover continues-as-new every
 round) hung past a minute in 1 of 6 runs under CPU load, against 0 of 8 before; the cause
-was not found, so it was reverted.
+was not found, so it was reverted. It may have been the test suite's own flake fixed later
+(a garbage-collected workflow coroutine sending its command into another test's workflow,
+``tests/server_teardown.py``): worth trying again.
 """
 
 from __future__ import annotations

@@ -10,12 +10,12 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from orch.client.codec import CodecKey, orch_data_converter
-from tests.server_dump import collect_orphaned_workflows
+from tests.server_teardown import leave_server
 from workflows.launch_semaphore import LAUNCH_HOLDERS_ATTRIBUTE, LAUNCH_WAITING_ATTRIBUTE
 
 
 @pytest.fixture
-async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
+async def dev_server(request: pytest.FixtureRequest) -> AsyncIterator[WorkflowEnvironment]:
     """A dev server of its own, with the semaphore's search attributes (the time-skipping
     server has none). Also for tests whose activities outlive their workflow (a cancelled
     call that returns later): a time-skipping server would keep its clock stopped while
@@ -28,5 +28,4 @@ async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
     try:
         yield env
     finally:
-        collect_orphaned_workflows()
-        await env.shutdown()
+        await leave_server(env, request.node)

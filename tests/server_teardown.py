@@ -1,12 +1,13 @@
-"""Leaving a test's Temporal server: what it held when the test failed, kept for the
-post-mortem, and no workflow coroutine of the test left to be collected later.
+"""Leaving a test's own Temporal server (time-skipping or dev): no workflow coroutine of
+the test left to be collected later, and, when the test failed, what the server held kept
+for the post-mortem.
 
-A failed test's time-skipping server is shut down with the test, and its histories with
-it; a workflow task that failed (a nondeterminism, say) names only a run id in the log.
-So before the server goes, every execution it knows, open and closed, is written to
-``$ORCH_TEST_DUMPS`` (default ``<tmp>/orch-test-dumps``), one directory per failed test,
-one JSON file per run in the format ``tests/workflows/histories.py`` records (replayable
-with ``Replayer``).
+A failed test's server is shut down with the test, and its histories with it; a workflow
+task that failed (a nondeterminism, say) names only a run id in the log. So before the
+server goes, every execution it knows, open and closed (the first 1,000 of each: a test
+makes far fewer), is written to ``$ORCH_TEST_DUMPS`` (default ``<tmp>/orch-test-dumps``),
+one directory per failed test, one JSON file per run in the format
+``tests/workflows/histories.py`` records (replayable with ``Replayer``).
 """
 
 from __future__ import annotations
@@ -18,19 +19,31 @@ import re
 import tempfile
 from pathlib import Path
 
+import pytest
 from temporalio.api.workflowservice.v1 import (
     ListClosedWorkflowExecutionsRequest,
     ListOpenWorkflowExecutionsRequest,
 )
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
+CALL_FAILED = pytest.StashKey[bool]()  # set by tests/conftest.py's report hook
 PAGE = 1000
 
 
-def dump_directory(test_id: str) -> Path:
-    root = Path(os.environ.get("ORCH_TEST_DUMPS") or Path(tempfile.gettempdir())
-                / "orch-test-dumps")
-    return root / re.sub(r"[^\w.-]+", "_", test_id)
+async def leave_server(env: WorkflowEnvironment, test: pytest.Item) -> None:
+    """Shut ``env`` down at the end of ``test``, its workers already stopped."""
+    try:
+        if test.stash.get(CALL_FAILED, False):
+            where = await dump_histories(env.client, test.nodeid)
+            print(f"the test's Temporal histories: {where}")
+    finally:
+        collect_orphaned_workflows()
+        await env.shutdown()
+
+
+def _file_name(text: str) -> str:
+    return re.sub(r"[^\w.-]+", "_", text)
 
 
 async def dump_histories(client: Client, test_id: str) -> Path:
@@ -40,15 +53,16 @@ async def dump_histories(client: Client, test_id: str) -> Path:
         ListOpenWorkflowExecutionsRequest(namespace=namespace, maximum_page_size=PAGE))
     closed = await service.list_closed_workflow_executions(
         ListClosedWorkflowExecutionsRequest(namespace=namespace, maximum_page_size=PAGE))
-    directory = dump_directory(test_id)
+    root = os.environ.get("ORCH_TEST_DUMPS") or Path(tempfile.gettempdir()) / "orch-test-dumps"
+    directory = Path(root) / _file_name(test_id)
     directory.mkdir(parents=True, exist_ok=True)
     for info in [*opened.executions, *closed.executions]:
         execution = info.execution
         history = await client.get_workflow_handle(
             execution.workflow_id, run_id=execution.run_id).fetch_history()
-        name = re.sub(r"[^\w.-]+", "_", f"{execution.workflow_id}.{execution.run_id[:8]}")
         recorded = {"workflow_id": execution.workflow_id, "run_id": execution.run_id,
                     "history": json.loads(history.to_json())}
+        name = _file_name(f"{execution.workflow_id}.{execution.run_id[:8]}")
         (directory / f"{name}.json").write_text(json.dumps(recorded))
     return directory
 
