@@ -301,6 +301,9 @@ class LaunchProgress(BaseModel):
     """A step of a launch, signalled to the cluster's workflow as it happens."""
 
     step: str
+    earlier: list[str] = Field(default_factory=list)
+    """Steps that went before ``step``, reported with it: a step that changes nothing
+    but the display waits for the next report instead of costing a signal of its own."""
     placement: Placement | None = None
     info: ClusterInfo | None = None
     gcs_address: str | None = None

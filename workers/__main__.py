@@ -18,6 +18,7 @@ from orch.config import TASK_QUEUE, TemporalSettings
 from orch.process_exit import exit_without_finalizing
 from orch.settings import load_settings
 from orch.spec import SpecError
+from workers.gc_pauses import tune_garbage_collection
 from workers.health import MAX_AGE_S, run_check, worker_identity
 from workers.registry import WORKFLOWS, activities
 from workers.watch_takeover import take_over_orphaned_watches
@@ -71,6 +72,7 @@ async def run_worker(settings: TemporalSettings, task_queue: str = TASK_QUEUE,
             workflow_runner=workflow_runner(sandboxed),
             identity=worker_identity(),  # what the health check looks for
         )
+        tune_garbage_collection()  # everything is imported and built by now
         async with worker:
             logging.info("orch worker polling %s on %s", task_queue, settings.address)
             takeover = asyncio.create_task(take_over_orphaned_watches(client))

@@ -157,7 +157,8 @@ class ClusterWorkflow:
 
     @workflow.signal(name=PROGRESS_SIGNAL)
     def launch_progress(self, progress: LaunchProgress) -> None:
-        self._event(progress.step)
+        for step in (*progress.earlier, progress.step):
+            self._event(step)
         if progress.placement is not None:
             self.state.placement = progress.placement
         if progress.info is not None:

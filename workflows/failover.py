@@ -74,7 +74,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from orch.records import (
         FAILOVER_WORKFLOW,
-        PROGRESS_SIGNAL,
         CloudRegion,
         LaunchProgress,
         Placement,
@@ -92,6 +91,7 @@ with workflow.unsafe.imports_passed_through():
         failure_kind,
     )
     from workflows.permits import acquire_permit
+    from workflows.progress import ProgressReports
 
 RETRY_ROUND_S = (30, 60, 120, 300)  # sleeps between rounds of --retry-until-up
 ROUNDS_PER_RUN = 10  # --retry-until-up rounds per workflow run, then continue-as-new
@@ -100,6 +100,7 @@ ROUNDS_PER_RUN = 10  # --retry-until-up rounds per workflow run, then continue-a
 RETRY_LIMIT_PATCH = "failover-retry-limit"  # unblocked failures count; throttling backs off
 CONTINUE_AS_NEW_PATCH = "failover-continue-as-new"  # retry-until-up rounds continue-as-new
 CLEAN_REGIONS_PATCH = "failover-clean-regions"  # a round ends by cleaning its regions
+PERMIT_NOTE_PATCH = "failover-permit-note"  # "got a launch permit" rides the next report
 
 
 def _resources_of(task: Task, candidate: Candidate) -> Resources:
@@ -149,6 +150,7 @@ class FailoverWorkflow:
         self.backoff_s = 0  # set by a throttled attempt: wait, without a permit, then go on
         self.touched: list[CloudRegion] = []  # regions this round reported (and may clean)
         self.created: list[CloudRegion] = []  # regions where this round called run_instances
+        self.reports = ProgressReports(None)  # each awaited (workflows/progress.py)
 
     @workflow.query
     def attempts(self) -> list[FailoverAttempt]:
@@ -163,7 +165,12 @@ class FailoverWorkflow:
             await self._report(request, "waiting for a launch permit", waiting_for_permit=True)
             permit = await acquire_permit("launch", on_queued=lambda ahead: self._show(
                 f"waiting for a launch permit: about {ahead} ahead when it queued"))
-            await self._report(request, "got a launch permit", waiting_for_permit=False)
+            if workflow.patched(PERMIT_NOTE_PATCH):
+                self._show("got a launch permit")
+                self.reports.note(LaunchProgress(step="got a launch permit",
+                                                 waiting_for_permit=False))
+            else:
+                await self._report(request, "got a launch permit", waiting_for_permit=False)
             try:
                 output = await self._round(request)
             except asyncio.CancelledError:
@@ -376,10 +383,9 @@ class FailoverWorkflow:
                       cleaned: list[CloudRegion] | None = None) -> None:
         workflow.logger.info("%s", step)
         self._show(step)
-        if request.report_to:
-            await workflow.get_external_workflow_handle(request.report_to).signal(
-                PROGRESS_SIGNAL, LaunchProgress(step=step, waiting_for_permit=waiting_for_permit,
-                                                touched=touched, cleaned=cleaned or []))
+        await self.reports.send(request.report_to, LaunchProgress(
+            step=step, waiting_for_permit=waiting_for_permit, touched=touched,
+            cleaned=cleaned or []))
 
     async def _clean_regions(self, request: FailoverInput, keep: Placement | None) -> None:
         """The round is over: remove what its attempts made besides instances (security

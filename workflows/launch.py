@@ -47,6 +47,9 @@ with workflow.unsafe.imports_passed_through():
 
 CANCEL_BY_ID_PATCH = "launch-cancel-failover-by-id"  # workflow.patched id
 OVERLAPPED_REPORTS_PATCH = "launch-reports-overlap-steps"  # workflow.patched id
+# workflow.patched id: display-only steps are notes (workflows/progress.py), and the
+# first "provisioning" is not reported (the failover's first report follows at once).
+NOTES_PATCH = "launch-display-steps-as-notes"
 
 
 @workflow.defn(name=LAUNCH_WORKFLOW)
@@ -58,6 +61,15 @@ class LaunchWorkflow:
         """Tell the parent (the cluster's or the managed job's workflow) of a step."""
         workflow.set_current_details(f"**Now:** {progress.step}")
         await self.reports.send(self._parent_id(), progress)
+
+    async def _note(self, progress: LaunchProgress) -> None:
+        """A step that changes nothing but the display: a note for the parent's record,
+        sent with the next report (before NOTES_PATCH, a report of its own)."""
+        if workflow.patched(NOTES_PATCH):
+            workflow.set_current_details(f"**Now:** {progress.step}")
+            self.reports.note(progress)
+        else:
+            await self._report(progress)
 
     async def _await_failover(
         self, failover: workflow.ChildWorkflowHandle[Any, FailoverOutput]
@@ -119,7 +131,10 @@ class LaunchWorkflow:
             assert request.placement is not None and request.gcs_address is not None
             info, placement, gcs_address = request.reuse, request.placement, request.gcs_address
         else:
-            await self._report(LaunchProgress(step="provisioning"))
+            if workflow.patched(NOTES_PATCH):
+                workflow.set_current_details("**Now:** provisioning")
+            else:
+                await self._report(LaunchProgress(step="provisioning"))
             parent = workflow.info().parent
             failover = await workflow.start_child_workflow(
                 FailoverWorkflow.run,
@@ -145,7 +160,7 @@ class LaunchWorkflow:
         buckets = await self._prepare_storage(request, placement)
         if request.reuse is None:
             nodes = NodesRequest(info=info)
-            await self._report(LaunchProgress(step="setting up runtime"))
+            await self._note(LaunchProgress(step="setting up runtime"))
             pythons = await workflow.execute_activity(
                 SETUP_RUNTIME, nodes, result_type=list[str], **LONG_CALL,
                 summary=on_nodes("install the runtime (Python venv, Ray)", info))
@@ -158,7 +173,7 @@ class LaunchWorkflow:
                 START_RAY, StartRayRequest(info=info), result_type=str, **LONG_CALL,
                 summary=on_nodes("ray start", info),
             )
-            await self._report(LaunchProgress(step="runtime ready", gcs_address=gcs_address))
+            await self._note(LaunchProgress(step="runtime ready", gcs_address=gcs_address))
         if task.workdir or task.file_mounts:
             await self._report(LaunchProgress(step="syncing files"))
             await workflow.execute_activity(

@@ -177,7 +177,8 @@ class ManagedJobWorkflow:
         """LaunchWorkflow reports each step and where the cluster is as soon as it knows;
         FailoverWorkflow reports each failover hop."""
         run = self.state.current
-        self._event(EventKind.STEP, progress.step, run)
+        for step in (*progress.earlier, progress.step):
+            self._event(EventKind.STEP, step, run)
         if progress.waiting_for_permit is not None:
             # Queued behind other launches, a job is WAITING, as in SkyPilot's scheduler.
             waiting = progress.waiting_for_permit

@@ -127,16 +127,18 @@ async def test_a_launch_reports_each_step_as_it_starts_it_and_every_report_arriv
 ) -> None:
     """A step's progress signal leaves with the step's own command, rather than a workflow
     task later (a round trip through the server per step, on the launch's critical path);
-    the cluster's record still has every step, in order, when the launch returns."""
+    a step that changes only the display ("setting up runtime", "runtime ready") rides
+    with the next report instead of costing a signal; the cluster's record still has every
+    step, in order, when the launch returns, and the Ray address before the setup runs."""
     handle = await harness.cluster()
     result = await harness.launch(handle)
 
     launch = await first_child(harness.env.client, handle)
-    # "runtime ready" (4) is followed by the next report, "syncing files", which waits for
-    # it: reports reach the cluster in order.
-    assert await reports_alone(launch) == (7, [4])
+    # waiting for nodes, starting Ray (+ setting up runtime), syncing files (+ runtime
+    # ready), running setup: each with its step's command.
+    assert await reports_alone(launch) == (4, [])
     assert result.record.events == [
-        "provisioning", "waiting for a launch permit", "got a launch permit",
+        "waiting for a launch permit", "got a launch permit",
         "provisioning on local local", "waiting for nodes", "setting up runtime",
         "starting Ray", "runtime ready", "syncing files", "running setup"]
 

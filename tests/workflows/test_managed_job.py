@@ -411,7 +411,8 @@ async def test_a_job_launches_runs_and_leaves_nothing_behind(harness: Harness) -
     assert kinds(final) == [EventKind.SUBMITTED, EventKind.SLOT, EventKind.LAUNCHING,
                             EventKind.LAUNCHED, EventKind.RUNNING, EventKind.TASK_ENDED,
                             EventKind.TEARDOWN, EventKind.ENDED]
-    assert steps(final)[0] == "provisioning" and "waiting for nodes" in steps(final)
+    assert steps(final)[0] == "waiting for a launch permit"
+    assert "waiting for nodes" in steps(final)
     assert final.runs[0].attempt == 1 and final.started_at and final.ended_at
     await harness.holds_nothing(job_id)
     await save_with_children(harness.client, handle, "managed_job_success")

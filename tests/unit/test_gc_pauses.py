@@ -1,0 +1,35 @@
+"""The worker's garbage-collector tuning: the start-up heap is frozen and a slow full
+collection is logged (workers/gc_pauses.py)."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from workers import gc_pauses
+
+
+@pytest.fixture
+def tuned(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    callbacks = list(gc.callbacks)
+    monkeypatch.setattr(gc_pauses, "SLOW_S", 0.0)  # every full collection is "slow"
+    gc_pauses.tune_garbage_collection()
+    yield
+    gc.callbacks[:] = callbacks
+    gc.unfreeze()
+
+
+def test_start_up_objects_are_frozen_and_full_collections_are_logged(
+    tuned: None, caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert gc.get_freeze_count() > 0
+    with caplog.at_level(logging.WARNING, logger=gc_pauses.__name__):
+        gc.collect(1)  # a young collection: not logged
+        assert not caplog.records
+        gc.collect()
+    [record] = caplog.records
+    assert record.getMessage().startswith("full garbage collection took ")
+    assert "objects tracked" in record.getMessage()
