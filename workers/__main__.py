@@ -99,6 +99,9 @@ def main() -> None:
     # asyncssh logs every connection and channel at INFO: the managed-job watch opens
     # thousands (orch.runtime.ssh_async).
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
+    # paramiko (the node steps' SSH) logs each connection, authentication and SFTP session
+    # at INFO: three of the dozen lines a managed job's launch wrote to the worker's log.
+    logging.getLogger("paramiko").setLevel(logging.WARNING)
     try:
         settings = load_settings().temporal_settings()
     except SpecError as err:  # a broken config file: its message, exit 2

@@ -8,6 +8,13 @@ run (README, Performance) every workflow task took more than 5 s at once, twice.
 
 - the objects that exist once the worker has imported everything (modules, the SDK,
   pydantic's schemas) are frozen: never collected, and never walked again;
+- the youngest generation is collected every ``YOUNG_ALLOCATIONS`` allocations instead
+  of CPython's 700, and the middle one after 20 of those: the objects of a workflow task
+  (protobufs, pydantic records, coroutines) live some milliseconds to seconds, and with
+  the defaults they were promoted to the oldest generation, which then filled by a quarter
+  every 35 s. Measured in the fifth 2,000-job run with the defaults: a full collection
+  every 35 to 40 s, each 0.7 s at 820,000 objects and 1.0 s at 1.17 million (300 to 400
+  jobs running), every task of the worker stopped meanwhile;
 - every full collection that takes longer than ``SLOW_S`` is logged with its duration
   and the number of objects it visited, so a stall can be told apart from a GC pause.
 """
@@ -20,6 +27,7 @@ import time
 from typing import Any
 
 SLOW_S = 0.2
+YOUNG_ALLOCATIONS = 50_000
 _log = logging.getLogger(__name__)
 
 
@@ -47,4 +55,5 @@ def tune_garbage_collection() -> None:
     """Freeze what start-up made and log slow full collections (module docstring)."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(YOUNG_ALLOCATIONS, 20, 10)
     gc.callbacks.append(_FullCollections())

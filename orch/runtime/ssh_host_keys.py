@@ -5,8 +5,9 @@ Host keys. The first key a host shows is recorded in ``$ORCH_HOME/known_hosts``
 show the same key, else ``HostKeyChangedError``. Clouds reuse IP addresses, so whoever
 terminates a node should ``forget_host_key(node)``.
 
-Both SSH clients check keys here: the paramiko runner (``orch.runtime.ssh``) through
-:class:`TrustOnFirstUse`, the managed-job watch's asyncssh connections
+Both SSH clients check keys here, against the file as this process last parsed it (parsed
+again only when another process changed it): the paramiko runner (``orch.runtime.ssh``)
+through :class:`TrustOnFirstUse`, the managed-job watch's asyncssh connections
 (``orch.runtime.ssh_async``) through :func:`check_host_key`.
 """
 
@@ -112,7 +113,8 @@ def check_host_key(hostname: str, key: paramiko.PKey) -> None:
 
 
 class TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
-    """Records a host's first key; paramiko itself compares keys on later connections."""
+    """Checks every key through :func:`check_host_key`: the paramiko client is given no
+    keys of its own, so paramiko asks this policy on every connection."""
 
     def missing_host_key(
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
@@ -125,11 +127,12 @@ def forget_host_key(node: NodeInfo) -> None:
     IP address may go to another machine."""
     hostname = host_key_name(node)
     with _known_hosts_locked() as path:
-        keys = load_known_hosts(path)
+        keys = _recorded_keys(path)
         if keys.lookup(hostname) is None:
             return
         del keys[hostname]
-        # Rewritten whole and renamed into place: connecting processes read it unlocked.
+        # Rewritten whole and renamed into place: a reader never sees half a file.
         partial = path.with_name(path.name + ".new")
         keys.save(str(partial))
         os.replace(partial, path)
+        _PARSED[path] = (_file_version(path), keys)
