@@ -72,8 +72,10 @@ class ProgressReports:
         return progress.model_copy(update=update)
 
     async def send(self, to: str | None, progress: LaunchProgress) -> None:
-        """Report ``progress`` to workflow ``to`` (none: nobody follows this run)."""
+        """Report ``progress`` to workflow ``to`` (none: nobody follows this run, and the
+        notes are dropped)."""
         if to is None:
+            self._notes = []
             return
         await self.drained()
         progress = self._with_notes(progress)
