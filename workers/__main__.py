@@ -100,7 +100,7 @@ def main() -> None:
     # thousands (orch.runtime.ssh_async).
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
     # paramiko (the node steps' SSH) logs each connection, authentication and SFTP session
-    # at INFO: three of the dozen lines a managed job's launch wrote to the worker's log.
+    # at INFO: four lines in the worker's log per managed job launched.
     logging.getLogger("paramiko").setLevel(logging.WARNING)
     try:
         settings = load_settings().temporal_settings()

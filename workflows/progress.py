@@ -8,7 +8,7 @@ is awaited before the next report (reports arrive in order) or the workflow's en
 (:meth:`ProgressReports.drained`).
 
 Every report also costs the receiver a workflow task, and the sender another for the
-signal's completion: nine reports were 18 of a managed job's 39 workflow tasks per
+signal's completion: nine reports were 18 of the 40 workflow tasks of a managed job's
 launch. So a step that only says how far the launch is, and is soon followed by
 another, is a *note* (:meth:`ProgressReports.note`): shown in the sender's current
 details at once, and handed to the receiver in the next report's ``earlier`` list. A

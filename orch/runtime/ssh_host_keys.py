@@ -131,8 +131,12 @@ def forget_host_key(node: NodeInfo) -> None:
         if keys.lookup(hostname) is None:
             return
         del keys[hostname]
-        # Rewritten whole and renamed into place: a reader never sees half a file.
-        partial = path.with_name(path.name + ".new")
-        keys.save(str(partial))
-        os.replace(partial, path)
+        try:
+            # Rewritten whole and renamed into place: a reader never sees half a file.
+            partial = path.with_name(path.name + ".new")
+            keys.save(str(partial))
+            os.replace(partial, path)
+        except BaseException:
+            _PARSED.pop(path, None)  # the parsed copy no longer matches the file
+            raise
         _PARSED[path] = (_file_version(path), keys)
