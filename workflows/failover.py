@@ -89,6 +89,7 @@ with workflow.unsafe.imports_passed_through():
         error_message,
         error_type,
         failure_kind,
+        failure_scope,
     )
     from workflows.permits import acquire_permit
     from workflows.progress import ProgressReports
@@ -101,6 +102,8 @@ RETRY_LIMIT_PATCH = "failover-retry-limit"  # unblocked failures count; throttli
 CONTINUE_AS_NEW_PATCH = "failover-continue-as-new"  # retry-until-up rounds continue-as-new
 CLEAN_REGIONS_PATCH = "failover-clean-regions"  # a round ends by cleaning its regions
 PERMIT_NOTE_PATCH = "failover-permit-note"  # "got a launch permit" rides the next report
+HEARTBEAT_SCOPE_PATCH = "failover-heartbeat-timeout-blocks-nothing"  # a lost worker is no
+# zone failure
 
 
 def _resources_of(task: Task, candidate: Candidate) -> Resources:
@@ -357,7 +360,8 @@ class FailoverWorkflow:
         attempt also sets the backoff. Returns the error's scope."""
         kind = failure_kind(err) or "Error"
         details = error_details(err)
-        scope = BlockScope(details.get("scope", BlockScope.ZONE))
+        scope = (failure_scope(err) if workflow.patched(HEARTBEAT_SCOPE_PATCH)
+                 else BlockScope(details.get("scope", BlockScope.ZONE)))
         counted = scope == BlockScope.NONE and workflow.patched(RETRY_LIMIT_PATCH)
         retries = self.retries.of(candidate, zone) if counted else 0
         attempt = record_failure(candidate, zone, kind, str(details.get("code", "")),

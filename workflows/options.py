@@ -48,6 +48,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
+from orch.clouds.errors import BlockScope
+
 HEARTBEAT = timedelta(seconds=20)
 
 # Error types that retrying the same call cannot fix (activities/errors.py sets
@@ -162,6 +164,16 @@ def failure_kind(error: BaseException) -> str:
     """The error's type for the user: the ApplicationError's, else the timeout's."""
     timeout = _timeout(error)
     return error_type(error) or (timeout[0] if timeout else "")
+
+
+def failure_scope(error: BaseException) -> BlockScope:
+    """What a failed cloud step blocks: the scope its provider error names, else the zone.
+    A heartbeat timeout names none but blocks nothing: it says the worker running the
+    step was lost (killed, or stalled past ``HEARTBEAT``), not that the place failed, so
+    the place is tried again, and counted, as any unblocked failure is."""
+    if (timeout := _timeout(error)) is not None and timeout[0] == "HeartbeatTimeout":
+        return BlockScope.NONE
+    return BlockScope(error_details(error).get("scope", BlockScope.ZONE))
 
 
 def error_message(error: BaseException) -> str:

@@ -11,7 +11,8 @@ from temporalio.exceptions import (
     TimeoutType,
 )
 
-from workflows.options import error_message, failure_kind
+from orch.clouds.errors import BlockScope
+from workflows.options import error_message, failure_kind, failure_scope
 
 
 def _activity_failure(activity: str, cause: BaseException) -> ActivityError:
@@ -45,3 +46,19 @@ def test_an_application_error_keeps_its_own_message_and_type() -> None:
         "no capacity", type="CapacityError"))
     assert error_message(failure) == "no capacity"
     assert failure_kind(failure) == "CapacityError"
+
+
+def test_a_heartbeat_timeout_blocks_nothing_and_a_provider_error_its_own_scope() -> None:
+    lost_worker = _activity_failure("run_instances", TimeoutError(
+        "activity Heartbeat timeout", type=TimeoutType.HEARTBEAT, last_heartbeat_details=[]))
+    assert failure_scope(lost_worker) == BlockScope.NONE
+    quota = _activity_failure("check_quota", ApplicationError(
+        "quota reached", {"scope": "region", "code": "VcpuLimitExceeded"}, type="QuotaError"))
+    assert failure_scope(quota) == BlockScope.REGION
+    # A call that ran past its time limit, or an error that names no scope: the zone.
+    hung = _activity_failure("wait_running", TimeoutError(
+        "activity StartToClose timeout", type=TimeoutType.START_TO_CLOSE,
+        last_heartbeat_details=[]))
+    assert failure_scope(hung) == BlockScope.ZONE
+    assert failure_scope(_activity_failure("run_instances", ApplicationError("boom"))) == (
+        BlockScope.ZONE)
