@@ -48,7 +48,8 @@ class SimCloud:
     processes it starts (``ORCH_SIMULATED_CLOUD``) while entered."""
 
     def __init__(self, directory: Path, regions: dict[str, SimRegion], *,
-                 latency_s: dict[str, float] | None = None, boot_s: float = 0.0) -> None:
+                 latency_s: dict[str, float] | None = None, boot_s: float = 0.0,
+                 boot_spread_s: float = 0.0) -> None:
         if reason := unavailable_reason():
             raise SystemExit(f"the simulated cloud needs a local sshd: {reason}")
         self.directory = directory
@@ -62,6 +63,7 @@ class SimCloud:
                                        f"MaxStartups {MAX_STARTUPS}\n"
                                        f"SetEnv {NOT_TOP_LEVEL}\n"))
         self.config = SimConfig(regions=regions, latency_s=latency_s or {}, boot_s=boot_s,
+                                boot_spread_s=boot_spread_s,
                                 ssh_port=self.sshd.port, ssh_user=user,
                                 ssh_key_path=str(key), python=str(python))
         self.configure(regions)

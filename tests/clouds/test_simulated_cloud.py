@@ -48,6 +48,25 @@ def test_instances_boot_and_every_call_pays_its_latency(cloud: SimulatedProvider
         ("run_instances", 0.3)]
 
 
+def test_boots_spread_over_their_window_each_instance_its_own(tmp_path: Path) -> None:
+    config = SimConfig(regions={"sim-0": SimRegion(zones={"sim-0a": SimZone()})}, boot_s=0.2,
+                       boot_spread_s=0.6, ssh_port=2222, ssh_user="me", ssh_key_path="/k",
+                       python="/py")
+    boots = [config.boot_of(f"l{i}-c{i:06x}-0") for i in range(200)]
+    assert all(0.2 <= boot < 0.8 for boot in boots)
+    assert min(boots) < 0.3 and max(boots) > 0.7  # the whole window, not one phase
+    assert config.boot_of("l1-c000001-0") == boots[1]  # fixed by the name
+    (tmp_path / "config.json").write_text(config.model_dump_json())
+    cloud = SimulatedProvider(tmp_path)
+    names = sorted((f"c{i}" for i in range(30)), key=lambda n: config.boot_of(f"{n}-0"))
+    early, late = names[0], names[-1]  # booting in about 0.2 s, and in about 0.8 s
+    for name in (early, late):
+        provision(cloud, name, "sim-0a")
+    time.sleep(config.boot_of(f"{early}-0") + 0.05)
+    assert cloud.check_instances("sim-0", early, InstanceStatus.RUNNING).done
+    assert not cloud.check_instances("sim-0", late, InstanceStatus.RUNNING).done
+
+
 def test_capacity_per_zone_and_quota_per_region(cloud: SimulatedProvider) -> None:
     with pytest.raises(CapacityError) as refused:
         provision(cloud, "none", "sim-0b")

@@ -45,33 +45,33 @@ def checks(*seen: str, done_after: int | None = None):
 def test_polls_with_gaps_that_grow_with_the_time_waited_up_to_the_cap() -> None:
     clock = Clock()
     reports: list[WaitProgress] = []
-    check, calls = checks("i-1=pending", done_after=40)
+    check, calls = checks("i-1=pending", done_after=60)
     start = WaitProgress(what="c RUNNING in r", since=clock.now)
 
     final = wait_until(check, start, 900, reports.append, sleep=clock.sleep,
                        now=lambda: clock.now)
 
-    assert len(calls) == 40 and final.polls == 40
-    assert [r.polls for r in reports] == list(range(1, 41))
+    assert len(calls) == 60 and final.polls == 60
+    assert [r.polls for r in reports] == list(range(1, 61))
     assert reports[-1].last_seen == "i-1=pending"
-    # Half a second apart at first, then a fifth of the time waited, then the cap.
+    # Half a second apart at first, then a tenth of the time waited, then the cap.
     assert clock.sleeps[:6] == [MIN_GAP_S] * 6
     waited = 0.0
     for gap in clock.sleeps:
-        assert gap == pytest.approx(min(max(waited / 5, MIN_GAP_S), MAX_GAP_S))
+        assert gap == pytest.approx(min(max(waited / 10, MIN_GAP_S), MAX_GAP_S))
         waited += gap
     assert clock.sleeps[-1] == MAX_GAP_S
-    assert MIN_GAP_S < clock.sleeps[12] < MAX_GAP_S
+    assert MIN_GAP_S < clock.sleeps[20] < MAX_GAP_S
 
 
-def test_a_boot_is_seen_within_a_fifth_of_its_length_after_it_ends() -> None:
+def test_a_boot_is_seen_within_a_tenth_of_its_length_after_it_ends() -> None:
     for boot_s in (5.0, 20.0, 60.0):
         clock = Clock()
         booted_at = clock.now + boot_s
         wait_until(lambda: StateCheck(done=clock.now >= booted_at, seen="i-1"),  # noqa: B023
                    WaitProgress(what="c RUNNING in r", since=clock.now), 900, lambda _: None,
                    sleep=clock.sleep, now=lambda: clock.now)  # noqa: B023
-        assert clock.now - booted_at <= boot_s / 5
+        assert clock.now - booted_at <= boot_s / 10
 
 
 def test_gives_up_after_the_timeout_counted_from_the_first_attempt() -> None:
