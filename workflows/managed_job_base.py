@@ -1,0 +1,198 @@
+"""What every part of ManagedJobWorkflow shares: the job's record (its events, status,
+memo and search attributes, continue-as-new) and the teardown of its clusters. The
+launch rounds (``workflows/managed_job_launch.py``) build on it, and the workflow
+(``workflows/managed_job.py``) on both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
+from temporalio.exceptions import ActivityError, ChildWorkflowError
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from orch.contracts.plan import PLAN_CANDIDATES, PlanRequest
+    from orch.failover_rules import Candidate
+    from orch.managed_jobs import (
+        MEMO_SUMMARY,
+        EventKind,
+        LaunchPhase,
+        ManagedJobInput,
+        ManagedJobState,
+        ManagedJobStatus,
+        ScheduleState,
+        TaskRun,
+        summarize,
+    )
+    from orch.records import (
+        SA_CLOUD,
+        SA_CLUSTER,
+        SA_CLUSTER_STATUS,
+        SA_JOB_ID,
+        SA_JOB_STATUS,
+        SA_NUM_NODES,
+        SA_REGION,
+        SA_RESOURCES,
+        Placement,
+        TeardownInput,
+        cluster_workflow_id,
+    )
+    from orch.spec import Task
+    from orch.status import ClusterStatus
+    from orch.summaries import job_details, teardown_summary
+    from workflows import storage_steps
+    from workflows.options import CLOUD_CALL, error_message
+    from workflows.teardown import TeardownWorkflow
+
+
+# Waits before each new try of a teardown that failed (see ``_teardown``).
+TEARDOWN_RETRY_WAITS = (timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15))
+
+
+class ManagedJobBase:
+    """The record and the cleanup; the attributes are set by ManagedJobWorkflow.__init__."""
+
+    input: ManagedJobInput
+    tasks: list[Task]
+    state: ManagedJobState
+    continuing: bool
+    cancel_requested: bool
+    published: tuple[object, ...] | None
+
+    async def _release_buckets(self) -> None:
+        """The job is over: it no longer uses its buckets, and each one's entity deletes
+        it when no cluster or other job does and it does not persist."""
+        if not self.state.buckets:
+            return
+        said = await storage_steps.release(workflow.info().workflow_id, self.state.buckets)
+        self.state.buckets = []
+        for line in said:
+            self._event(EventKind.TEARDOWN, line)
+
+    async def _sweep(self, run: TaskRun) -> None:
+        """A launch cut short (cancelled) before it said where it provisions: terminate the
+        cluster's instances wherever the launch could have put them."""
+        phase = run.plan.current if run.plan is not None else LaunchPhase()
+        request = PlanRequest(task=self.tasks[run.index], blocklist=phase.blocklist,
+                              placement=phase.pin)
+        try:
+            candidates = await workflow.execute_activity(
+                PLAN_CANDIDATES, request, result_type=list[Candidate], **CLOUD_CALL,
+                summary=f"plan: where a cut-short launch of {run.cluster_name} may have "
+                        "provisioned")
+        except ActivityError:
+            candidates = []  # nowhere it could have provisioned
+        for cloud, region in dict.fromkeys((c.cloud, c.region) for c in candidates):
+            run.placement = Placement(cloud=cloud, region=region)
+            await self._teardown(run, quiet_if_empty=True)
+        run.launching = False
+
+    async def _teardown(self, run: TaskRun, quiet_if_empty: bool = False) -> None:
+        """Terminate the task's cluster, if any instance may exist; forget it either way.
+
+        A teardown that fails (its cloud calls kept failing through their own retries)
+        is tried again after each of TEARDOWN_RETRY_WAITS, on durable timers: a cloud
+        API outage of minutes must not leak the cluster. Only then is it given up, with
+        where its instances may remain in the controller log."""
+        placement = run.placement
+        if placement is not None:
+            for wait in (*TEARDOWN_RETRY_WAITS, None):
+                try:
+                    result = await workflow.execute_child_workflow(
+                        TeardownWorkflow.run,
+                        TeardownInput(cluster_name=run.cluster_name,
+                                      name_on_cloud=run.name_on_cloud, placement=placement,
+                                      info=run.info, terminate=True, storage=run.storage,
+                                      storage_user=cluster_workflow_id(run.cluster_name)),
+                        id=self._child_id("down", run),
+                        parent_close_policy=ParentClosePolicy.ABANDON,
+                        static_summary=teardown_summary(run.cluster_name, placement, run.info,
+                                                        terminate=True),
+                    )
+                except ChildWorkflowError as err:
+                    then = (f"trying again in {wait}" if wait is not None else
+                            "instances tagged orch-cluster="
+                            f"{run.name_on_cloud or run.cluster_name} may remain "
+                            f"on {placement.cloud}/{placement.region}")
+                    self._event(EventKind.TEARDOWN, f"teardown of {run.cluster_name} failed: "
+                                                    f"{error_message(err)}; {then}", run)
+                    if wait is None:
+                        break
+                    await workflow.sleep(wait)
+                    continue
+                if result.instances or not quiet_if_empty:
+                    self._event(EventKind.TEARDOWN,
+                                "; ".join([result.message, *result.warnings]), run)
+                break
+        if placement is not None:
+            run.usage.gone(placement, len(run.info.nodes) if run.info else 0, run.resources,
+                           workflow.now())
+        run.placement = run.info = run.gcs_address = None
+        run.cluster_up, run.cluster_job_id, run.resources = False, 0, ""
+        run.storage = []
+        self._publish()
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _check_cancel(self) -> None:
+        """Raise the cancellation a child may have swallowed."""
+        if self.cancel_requested:
+            raise asyncio.CancelledError()
+
+    def _continue_as_new_if_due(self) -> None:
+        info = workflow.info()
+        if (info.is_continue_as_new_suggested()
+                or info.get_current_history_length() >= self.input.max_events_per_run):
+            self.continuing = True
+            workflow.continue_as_new(self.input.model_copy(update={"state": self.state}))
+
+    def _child_id(self, kind: str, run: TaskRun) -> str:
+        self.state.children += 1
+        return f"{workflow.info().workflow_id}/{kind}-{run.index}-{self.state.children}"
+
+    def _event(self, kind: EventKind, message: str, run: TaskRun | None = None) -> None:
+        task = run.index if run is not None else None
+        workflow.logger.info("job %s: %s %s", self.state.job_id, kind, message)
+        self.state.record(workflow.now(), kind, message, task)
+        workflow.set_current_details(job_details(self.state))
+
+    def _set_status(self, status: ManagedJobStatus, schedule: ScheduleState) -> None:
+        self.state.status, self.state.schedule_state = status, schedule
+        if not self.state.current.status.is_terminal:
+            self.state.current.status = status
+        self._publish()
+        workflow.set_current_details(job_details(self.state))
+
+    def _publish(self) -> None:
+        """The memo (for `orch jobs queue`) and, when enabled, the search attributes that
+        put the job's cluster in `orch status`; upserted only when they change."""
+        state, run = self.state, self.state.current
+        summary = summarize(state).model_dump(mode="json")
+        cluster_status = (ClusterStatus.UP if run.cluster_up
+                          else ClusterStatus.INIT if run.placement is not None else None)
+        current = (tuple(sorted(summary.items())), cluster_status, run.resources)
+        if current == self.published:
+            return
+        self.published = current
+        workflow.upsert_memo({MEMO_SUMMARY: summary})
+        if not self.input.publish_search_attributes:
+            return  # the time-skipping test server has no custom search attributes
+        updates: list[SearchAttributeUpdate] = [
+            SearchAttributeKey.for_keyword(SA_JOB_ID).value_set(str(state.job_id)),
+            SearchAttributeKey.for_keyword(SA_JOB_STATUS).value_set(state.status),
+        ]
+        cluster_keys = [SearchAttributeKey.for_keyword(k) for k in (
+            SA_CLUSTER, SA_CLUSTER_STATUS, SA_CLOUD, SA_REGION, SA_RESOURCES)]
+        nodes_key = SearchAttributeKey.for_int(SA_NUM_NODES)
+        if cluster_status is None or run.placement is None:
+            updates += [key.value_unset() for key in cluster_keys] + [nodes_key.value_unset()]
+        else:
+            values = [run.cluster_name, cluster_status, run.placement.cloud,
+                      run.placement.region, run.resources]
+            updates += [key.value_set(value) for key, value in zip(cluster_keys, values,
+                                                                   strict=True)]
+            updates.append(nodes_key.value_set(len(run.info.nodes) if run.info else 0))
+        workflow.upsert_search_attributes(updates)
