@@ -78,8 +78,24 @@ def percentile(values: list[float], pct: float) -> float:
 _ACTION = re.compile(r'^action\{[^}]*namespace="default"[^}]*\} ([0-9.e+]+)$', re.M)
 
 
+_PERSISTENCE = re.compile(r'^persistence_requests\{[^}]*operation="([^"]+)"[^}]*\} ([0-9.e+]+)$',
+                          re.M)
+
+
+def _metrics(metrics_port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as r:
+        return r.read().decode()
+
+
 def server_actions(metrics_port: int) -> float:
     """The dev server's count of Temporal actions in orch's namespace so far."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as r:
-        text = r.read().decode()
-    return sum(float(value) for value in _ACTION.findall(text))
+    return sum(float(value) for value in _ACTION.findall(_metrics(metrics_port)))
+
+
+def persistence_requests(metrics_port: int) -> dict[str, float]:
+    """The dev server's requests to its database so far, by operation (its writes of a
+    workflow's state are ``UpdateWorkflowExecution``)."""
+    counts: dict[str, float] = {}
+    for operation, value in _PERSISTENCE.findall(_metrics(metrics_port)):
+        counts[operation] = counts.get(operation, 0.0) + float(value)
+    return counts

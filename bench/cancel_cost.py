@@ -1,0 +1,180 @@
+"""What cancelling managed jobs costs the control plane, per job, at N jobs and at N/10.
+
+For N jobs (default 300) on the simulated cloud, with the same cloud and control plane as
+``bench/managed_jobs_scale.py``: launch them all, wait until they are RUNNING, then run
+``orch jobs cancel -a -y`` and wait until every job is CANCELLED and every simulated
+cluster is gone. Measured over the cancel:
+
+* the time, and the rate in jobs a second;
+* the CPU of the dev server and of the worker, as fractions of one core;
+* the dev server's requests to its database per cancelled job, by operation (its
+  Prometheus metrics; ``UpdateWorkflowExecution`` is a write of a workflow's state, the
+  unit a cancel-all of 2,000 in a minute has to be counted in);
+* the history events that a sample of the cancelled jobs gained after their cancel
+  signal, and those of the TeardownWorkflows the cancel started, per job.
+
+The same run at N/10 first is the baseline: what each cancel costs should not grow with
+N. Prints the figures, then one JSON line; asserts nothing. From the repository root, as
+root (the simulated cloud starts an sshd):
+
+    .venv/bin/python -m bench.cancel_cost [--jobs 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+
+from bench.managed_jobs_scale import (
+    BOOT_S,
+    LATENCY_S,
+    PERMITS,
+    cancel_all,
+    count,
+    launch_all,
+    wait_count,
+)
+from bench.sim_cloud import (
+    CpuWindow,
+    SimCloud,
+    control_plane,
+    exit_on_sigterm,
+    load_average,
+    regions,
+)
+from bench.sim_figures import persistence_requests
+from orch.client import Client
+from orch.managed_jobs import CANCEL_SIGNAL, ManagedJobStatus, managed_job_workflow_id
+from orch.records import TEARDOWN_WORKFLOW
+from orch.server import METRICS_PORT_ENV, ControlPlane
+from tests.fakes.sshd import free_port
+
+SAMPLE = 20  # jobs, and teardowns, whose histories are read
+OPERATIONS_SHOWN = 6
+
+
+async def _events_after_cancel(client: Client, job_id: int) -> Counter[str]:
+    """Event types of a job's history from its cancel signal on."""
+    history = await client.temporal.get_workflow_handle(
+        managed_job_workflow_id(job_id)).fetch_history()
+    counted: Counter[str] = Counter()
+    cancelled = False
+    for event in history.events:
+        signal = event.workflow_execution_signaled_event_attributes
+        cancelled = cancelled or signal.signal_name == CANCEL_SIGNAL
+        if cancelled:
+            counted[EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")] += 1
+    return counted
+
+
+async def _teardown_events(client: Client, since: float) -> tuple[int, Counter[str]]:
+    """Event types of the teardowns started since ``since`` (a sample), and how many."""
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
+    counted: Counter[str] = Counter()
+    runs = 0
+    query = f"WorkflowType = '{TEARDOWN_WORKFLOW}' AND StartTime >= '{started}'"
+    async for run in client.temporal.list_workflows(query, limit=SAMPLE):
+        history = await client.temporal.get_workflow_handle(run.id, run_id=run.run_id
+                                                            ).fetch_history()
+        runs += 1
+        counted.update(EventType.Name(e.event_type).removeprefix("EVENT_TYPE_")
+                       for e in history.events)
+    return runs, counted
+
+
+def _per(counts: Counter[str] | dict[str, float], n: int, *names: str) -> dict[str, float]:
+    return {name: round(counts.get(name, 0) / max(n, 1), 2) for name in names}
+
+
+async def measure(n: int, home: Path, cloud: SimCloud, metrics_port: int) -> dict[str, Any]:
+    state = ControlPlane(home).state()
+    assert state is not None and state.worker_pid is not None
+    pids = {"server": state.server_pid, "worker": state.worker_pid}
+    figures: dict[str, Any] = {"jobs": n}
+    async with await Client.connect() as client:
+        job_ids = await launch_all(client, n)
+        await wait_count(client, ManagedJobStatus.RUNNING, n, timeout=7200)
+        await asyncio.sleep(20)  # the watches' first polls are behind them
+        before, cpu = persistence_requests(metrics_port), CpuWindow(pids)
+        since, started = time.time(), time.monotonic()
+        result = cancel_all(home)
+        if result.returncode != 0:
+            raise RuntimeError(f"orch jobs cancel -a failed: {result.stdout}{result.stderr}")
+        await wait_count(client, ManagedJobStatus.CANCELLED, n, timeout=3600, every=0.5)
+        while cloud.provider().clusters():
+            await asyncio.sleep(0.5)
+        figures["cancel_s"] = round(time.monotonic() - started, 1)
+        fractions = cpu.fractions()
+        after = persistence_requests(metrics_port)
+        figures["jobs_per_s"] = round(n / figures["cancel_s"], 2)
+        figures["server_cpu_core_frac"] = round(fractions["server"], 3)
+        figures["worker_cpu_core_frac"] = round(fractions["worker"], 3)
+        figures["all_cancelled"] = await count(client, ManagedJobStatus.CANCELLED) == n
+        spent = {op: after[op] - before.get(op, 0.0) for op in after}
+        busiest = sorted(spent, key=lambda op: -spent[op])[:OPERATIONS_SHOWN]
+        figures["db_requests_per_job"] = _per(spent, n, *busiest)
+        job_events: Counter[str] = Counter()
+        for job_id in job_ids[:SAMPLE]:
+            job_events += await _events_after_cancel(client, job_id)
+        figures["job_events_per_cancel"] = _per(
+            job_events, min(SAMPLE, n), "WORKFLOW_TASK_COMPLETED",
+            "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", "START_CHILD_WORKFLOW_EXECUTION_INITIATED",
+            "SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED")
+        runs, teardown_events = await _teardown_events(client, since)
+        figures["teardown_events_per_cancel"] = _per(
+            teardown_events, runs, "WORKFLOW_TASK_COMPLETED", "ACTIVITY_TASK_SCHEDULED")
+    return figures
+
+
+def run(n: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="orch-bench-cancel-") as directory:
+        root = Path(directory)
+        metrics_port = free_port()
+        with SimCloud(root / "cloud", regions(4, zones=3), latency_s=LATENCY_S,
+                      boot_s=BOOT_S) as cloud, \
+                control_plane(root / "home", ORCH_LAUNCH_PERMITS=str(PERMITS),
+                              ORCH_JOB_SLOTS=str(max(n, 2000)),
+                              **{METRICS_PORT_ENV: str(metrics_port)}):
+            return asyncio.run(measure(n, root / "home", cloud, metrics_port))
+
+
+def report(figures: dict[str, Any]) -> None:
+    writes = figures["db_requests_per_job"].get("UpdateWorkflowExecution", 0.0)
+    print(f"  {figures['jobs']} jobs cancelled, every cluster gone, in {figures['cancel_s']} s "
+          f"({figures['jobs_per_s']} a second); server {figures['server_cpu_core_frac']:.0%} "
+          f"+ worker {figures['worker_cpu_core_frac']:.0%} of a core; {writes} "
+          f"workflow-state writes per job", flush=True)
+    print(f"    database requests per job: {figures['db_requests_per_job']}")
+    print(f"    a job's events after its cancel: {figures['job_events_per_cancel']}")
+    print(f"    its teardown's events: {figures['teardown_events_per_cancel']}", flush=True)
+
+
+def main() -> None:
+    exit_on_sigterm()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=300)
+    args = parser.parse_args()
+    load_before = load_average()
+    baseline = run(max(args.jobs // 10, 1))
+    report(baseline)
+    figures = run(args.jobs)
+    report(figures)
+    ratio = figures["db_requests_per_job"].get("UpdateWorkflowExecution", 0.0) / max(
+        baseline["db_requests_per_job"].get("UpdateWorkflowExecution", 0.0), 1e-9)
+    print(f"  writes per job at {args.jobs} against {baseline['jobs']}: {ratio:.2f}x")
+    figures["baseline"] = baseline
+    figures["writes_per_job_ratio"] = round(ratio, 2)
+    figures["machine"] = {"load_before": load_before, "load_after": load_average()}
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
