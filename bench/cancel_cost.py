@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -33,29 +32,13 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 
-from bench.managed_jobs_scale import (
-    BOOT_S,
-    LATENCY_S,
-    PERMITS,
-    cancel_all,
-    count,
-    launch_all,
-    wait_count,
-)
-from bench.sim_cloud import (
-    CpuWindow,
-    SimCloud,
-    control_plane,
-    exit_on_sigterm,
-    load_average,
-    regions,
-)
+from bench.managed_jobs_scale import cancel_all, count, jobs_setup, launch_all, wait_count
+from bench.sim_cloud import CpuWindow, SimCloud, exit_on_sigterm, load_average
 from bench.sim_figures import persistence_requests
 from orch.client import Client
 from orch.managed_jobs import CANCEL_SIGNAL, ManagedJobStatus, managed_job_workflow_id
 from orch.records import TEARDOWN_WORKFLOW
-from orch.server import METRICS_PORT_ENV, ControlPlane
-from tests.fakes.sshd import free_port
+from orch.server import ControlPlane
 
 SAMPLE = 20  # jobs, and teardowns, whose histories are read
 OPERATIONS_SHOWN = 6
@@ -135,15 +118,8 @@ async def measure(n: int, home: Path, cloud: SimCloud, metrics_port: int) -> dic
 
 
 def run(n: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="orch-bench-cancel-") as directory:
-        root = Path(directory)
-        metrics_port = free_port()
-        with SimCloud(root / "cloud", regions(4, zones=3), latency_s=LATENCY_S,
-                      boot_s=BOOT_S) as cloud, \
-                control_plane(root / "home", ORCH_LAUNCH_PERMITS=str(PERMITS),
-                              ORCH_JOB_SLOTS=str(max(n, 2000)),
-                              **{METRICS_PORT_ENV: str(metrics_port)}):
-            return asyncio.run(measure(n, root / "home", cloud, metrics_port))
+    with jobs_setup(n, "orch-bench-cancel-") as (home, cloud, metrics_port):
+        return asyncio.run(measure(n, home, cloud, metrics_port))
 
 
 def report(figures: dict[str, Any]) -> None:

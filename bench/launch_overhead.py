@@ -38,6 +38,7 @@ from typing import Any
 
 from bench.sim_cloud import SimCloud, control_plane, exit_on_sigterm, load_average, regions
 from bench.sim_figures import percentile
+from orch.clouds.simulated import instance_name
 from orch.clouds.simulated_node import node_seconds
 from orch.spec import Task
 from tests.fakes.sshd import free_port
@@ -127,7 +128,7 @@ async def sim_launches(count: int, cloud: SimCloud) -> list[float]:
             calls = provider.calls()[done_before:]
             on_node = sum(node_seconds(provider.node_home(ip)) for cluster, _, ip
                           in provider.clusters() if cluster.startswith(f"{name}-"))
-            boot = provider.config.boot_of(f"{calls[0][2]}-0")  # the one node's
+            boot = provider.config.boot_of(instance_name(calls[0][2], 0))  # its one node
             overheads.append(wall - simulated_seconds(calls, boot) - on_node)
             await client.down(name)
     return overheads

@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -231,9 +232,13 @@ async def measure(n: int, window: float, ended: int, crash: bool, home: Path,
     return figures
 
 
-def run(n: int, window: float, ended: int, crash: bool) -> dict[str, Any]:
-    ended = max(1, min(ended, n // 4))  # twice that many end on purpose; the rest cancel
-    with tempfile.TemporaryDirectory(prefix="orch-bench-scale-") as directory:
+@contextlib.contextmanager
+def jobs_setup(n: int, prefix: str) -> Iterator[tuple[Path, SimCloud, int]]:
+    """For ``n`` managed jobs: a simulated cloud (4 regions of 3 zones, the latencies
+    above) and an embedded control plane with ``PERMITS`` launch permits, job slots for
+    all, and the dev server's metrics on a port of its own; yields the control plane's
+    home, the cloud and that port, all in a temporary directory."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as directory:
         root = Path(directory)
         metrics_port = free_port()
         with SimCloud(root / "cloud", regions(4, zones=3), latency_s=LATENCY_S,
@@ -241,8 +246,13 @@ def run(n: int, window: float, ended: int, crash: bool) -> dict[str, Any]:
                 control_plane(root / "home", ORCH_LAUNCH_PERMITS=str(PERMITS),
                               ORCH_JOB_SLOTS=str(max(n, 2000)),
                               **{METRICS_PORT_ENV: str(metrics_port)}):
-            return asyncio.run(measure(n, window, ended, crash, root / "home", cloud,
-                                       metrics_port))
+            yield root / "home", cloud, metrics_port
+
+
+def run(n: int, window: float, ended: int, crash: bool) -> dict[str, Any]:
+    ended = max(1, min(ended, n // 4))  # twice that many end on purpose; the rest cancel
+    with jobs_setup(n, "orch-bench-scale-") as (home, cloud, metrics_port):
+        return asyncio.run(measure(n, window, ended, crash, home, cloud, metrics_port))
 
 
 def report(figures: dict[str, Any]) -> None:

@@ -49,11 +49,11 @@ from orch.clouds.errors import TransientError
 MIN_GAP_S = 0.5
 MAX_GAP_S = 15.0
 # The gap after a poll is this fraction of the time waited so far (within the bounds):
-# what a wait oversleeps is at most a tenth of what it waited. A fifth made a 5 s
-# boot cost 0.4 s of oversleep on average, a third of a launch's control-plane
-# overhead; a tenth costs about 1.4 times the describes of a long wait (about 76 for a
-# 10-minute create instead of 54), well inside every cloud's describe rate limits for
-# the 16 launches under way at once.
+# what a wait oversleeps is at most a tenth of what it waited. With a fifth, a launch's
+# control-plane overhead on the simulated cloud was p50 0.97 s; with a tenth, 0.82 s
+# (bench/launch_overhead.py). The cost, by this schedule: about 1.3 times the describes
+# of a long wait (69 instead of 55 for a 10-minute create, describes of 0.2 s), well
+# inside every cloud's describe rate limits for the 16 launches under way at once.
 GAP_FRACTION = 0.1
 
 

@@ -102,8 +102,8 @@ RETRY_LIMIT_PATCH = "failover-retry-limit"  # unblocked failures count; throttli
 CONTINUE_AS_NEW_PATCH = "failover-continue-as-new"  # retry-until-up rounds continue-as-new
 CLEAN_REGIONS_PATCH = "failover-clean-regions"  # a round ends by cleaning its regions
 PERMIT_NOTE_PATCH = "failover-permit-note"  # "got a launch permit" rides the next report
-HEARTBEAT_SCOPE_PATCH = "failover-heartbeat-timeout-blocks-nothing"  # a lost worker is no
-# zone failure
+# A heartbeat timeout (a lost worker) blocks nothing, not the zone.
+HEARTBEAT_SCOPE_PATCH = "failover-heartbeat-timeout-blocks-nothing"
 
 
 def _resources_of(task: Task, candidate: Candidate) -> Resources:

@@ -105,6 +105,11 @@ def enabled() -> bool:
     return bool(os.environ.get(ENV))
 
 
+def instance_name(cluster_name: str, index: int) -> str:
+    """The simulated instance ``index`` of a cluster (its head is 0)."""
+    return f"{cluster_name}-{index}"
+
+
 def address(n: int) -> str:
     """The ``n``-th head address (n >= 1), in 127.64.0.0/10, far from the local cloud's."""
     return f"127.{64 + n // 65536}.{n // 256 % 256}.{n % 256}"
@@ -195,7 +200,7 @@ class SimulatedProvider:
             self._check_room(db, config, len(missing))
             created = []
             for index in missing:
-                instance = f"{config.cluster_name}-{index}"
+                instance = instance_name(config.cluster_name, index)
                 cursor = db.execute("insert into addresses (instance) values (?)", (instance,))
                 ip = address(int(cursor.lastrowid or 0))
                 self.node_home(ip).mkdir(parents=True, exist_ok=True)
@@ -206,7 +211,7 @@ class SimulatedProvider:
                 created.append(instance)
         return ProvisionRecord(cloud=self.name, cluster_name=config.cluster_name,
                                region=config.region, zone=config.zone,
-                               head_instance_id=f"{config.cluster_name}-0",
+                               head_instance_id=instance_name(config.cluster_name, 0),
                                created_instance_ids=created)
 
     def query_instances(self, region: str, cluster_name: str) -> dict[str, InstanceStatus]:
