@@ -170,6 +170,17 @@ def wait_instances_gone(request: WaitGoneRequest) -> None:
     instances = request.instances
     provider = get_provider(instances.cloud)
     region, cluster, target = instances.region, instances.cluster_name, request.target
+    goal = target.value if target else "terminated"
+    wait_for(f"{cluster} {goal} in {region}",
+             after_operations(provider, region, cluster, request.operations,
+                              gone_check(provider, region, cluster, target)),
+             request.timeout_s)
+
+
+def gone_check(provider: Provider, region: str, cluster: str,
+               target: InstanceStatus | None) -> Callable[[], StateCheck]:
+    """Done when no instance of the cluster is left in a state other than ``target``
+    (none at all: terminated)."""
 
     def gone() -> StateCheck:
         states = provider.query_instances(region, cluster)
@@ -177,10 +188,7 @@ def wait_instances_gone(request: WaitGoneRequest) -> None:
         return StateCheck(done=not left,
                           seen=", ".join(f"{i}={s}" for i, s in sorted(left.items())))
 
-    goal = target.value if target else "terminated"
-    wait_for(f"{cluster} {goal} in {region}",
-             after_operations(provider, region, cluster, request.operations, gone),
-             request.timeout_s)
+    return gone
 
 
 @activity.defn(name=CLEANUP_PORTS)

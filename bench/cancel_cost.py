@@ -5,13 +5,16 @@ For N jobs (default 300) on the simulated cloud, with the same cloud and control
 ``orch jobs cancel -a -y`` and wait until every job is CANCELLED and every simulated
 cluster is gone. Measured over the cancel:
 
-* the time, and the rate in jobs a second;
+* the time, and the rate in jobs a second (and when the CLI returned, and when every job
+  was CANCELLED);
 * the CPU of the dev server and of the worker, as fractions of one core;
 * the dev server's requests to its database per cancelled job, by operation (its
   Prometheus metrics; ``UpdateWorkflowExecution`` is a write of a workflow's state, the
   unit a cancel-all of 2,000 in a minute has to be counted in);
 * the history events that a sample of the cancelled jobs gained after their cancel
-  signal, and those of the TeardownWorkflows the cancel started, per job.
+  signal, those of the TeardownWorkflows the cancel started (a sample's, per run; a
+  cancelled job hands its cluster to the bulk teardown instead, unless buckets are
+  mounted on it), and the bulk teardown's, per job.
 
 The same run at N/10 first is the baseline: what each cancel costs should not grow with
 N. Prints the figures, then one JSON line; asserts nothing. From the repository root, as
@@ -35,6 +38,7 @@ from temporalio.api.enums.v1 import EventType
 from bench.managed_jobs_scale import cancel_all, count, jobs_setup, launch_all, wait_count
 from bench.sim_cloud import CpuWindow, SimCloud, exit_on_sigterm, load_average
 from bench.sim_figures import persistence_requests
+from orch.bulk_teardown import BULK_TEARDOWN_ID
 from orch.client import Client
 from orch.managed_jobs import CANCEL_SIGNAL, ManagedJobStatus, managed_job_workflow_id
 from orch.records import TEARDOWN_WORKFLOW
@@ -73,6 +77,17 @@ async def _teardown_events(client: Client, since: float) -> tuple[int, Counter[s
     return runs, counted
 
 
+async def _bulk_teardown_events(client: Client, since: float) -> Counter[str]:
+    """Event types of the bulk teardown's runs recorded since ``since``, all of them."""
+    counted: Counter[str] = Counter()
+    async for run in client.temporal.list_workflows(f"WorkflowId = '{BULK_TEARDOWN_ID}'"):
+        history = await client.temporal.get_workflow_handle(run.id, run_id=run.run_id
+                                                            ).fetch_history()
+        counted.update(EventType.Name(e.event_type).removeprefix("EVENT_TYPE_")
+                       for e in history.events if e.event_time.ToSeconds() >= since)
+    return counted
+
+
 def _per(counts: Counter[str] | dict[str, float], n: int, *names: str) -> dict[str, float]:
     return {name: round(counts.get(name, 0) / max(n, 1), 2) for name in names}
 
@@ -91,7 +106,9 @@ async def measure(n: int, home: Path, cloud: SimCloud, metrics_port: int) -> dic
         result = cancel_all(home)
         if result.returncode != 0:
             raise RuntimeError(f"orch jobs cancel -a failed: {result.stdout}{result.stderr}")
+        figures["cli_s"] = round(time.monotonic() - started, 1)
         await wait_count(client, ManagedJobStatus.CANCELLED, n, timeout=3600, every=0.5)
+        figures["all_cancelled_s"] = round(time.monotonic() - started, 1)
         while cloud.provider().clusters():
             await asyncio.sleep(0.5)
         figures["cancel_s"] = round(time.monotonic() - started, 1)
@@ -112,8 +129,13 @@ async def measure(n: int, home: Path, cloud: SimCloud, metrics_port: int) -> dic
             "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", "START_CHILD_WORKFLOW_EXECUTION_INITIATED",
             "SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED")
         runs, teardown_events = await _teardown_events(client, since)
+        figures["teardowns"] = runs
         figures["teardown_events_per_cancel"] = _per(
             teardown_events, runs, "WORKFLOW_TASK_COMPLETED", "ACTIVITY_TASK_SCHEDULED")
+        figures["bulk_teardown_events_per_job"] = _per(
+            await _bulk_teardown_events(client, since), n, "WORKFLOW_EXECUTION_SIGNALED",
+            "WORKFLOW_TASK_COMPLETED", "ACTIVITY_TASK_SCHEDULED",
+            "SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED")
     return figures
 
 
@@ -125,12 +147,17 @@ def run(n: int) -> dict[str, Any]:
 def report(figures: dict[str, Any]) -> None:
     writes = figures["db_requests_per_job"].get("UpdateWorkflowExecution", 0.0)
     print(f"  {figures['jobs']} jobs cancelled, every cluster gone, in {figures['cancel_s']} s "
-          f"({figures['jobs_per_s']} a second); server {figures['server_cpu_core_frac']:.0%} "
+          f"({figures['jobs_per_s']} a second; the CLI done after {figures['cli_s']} s, every "
+          f"job CANCELLED after {figures['all_cancelled_s']} s); server "
+          f"{figures['server_cpu_core_frac']:.0%} "
           f"+ worker {figures['worker_cpu_core_frac']:.0%} of a core; {writes} "
           f"workflow-state writes per job", flush=True)
     print(f"    database requests per job: {figures['db_requests_per_job']}")
     print(f"    a job's events after its cancel: {figures['job_events_per_cancel']}")
-    print(f"    its teardown's events: {figures['teardown_events_per_cancel']}", flush=True)
+    print(f"    TeardownWorkflows: {figures['teardowns']} (a sample's events each: "
+          f"{figures['teardown_events_per_cancel']})")
+    print(f"    the bulk teardown's events per job: {figures['bulk_teardown_events_per_job']}",
+          flush=True)
 
 
 def main() -> None:

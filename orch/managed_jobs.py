@@ -60,6 +60,11 @@ def managed_job_workflow_id(job_id: int) -> str:
     return f"job/{job_id}"
 
 
+def job_id_of(workflow_id: str) -> int:
+    """The job id in a ManagedJobWorkflow's id (``managed_job_workflow_id``)."""
+    return int(workflow_id.removeprefix("job/"))
+
+
 def job_cluster_name(job_id: int, task_index: int) -> str:
     return f"job-{job_id}-{task_index}"
 

@@ -15,6 +15,7 @@ LAUNCH_SEMAPHORE_WORKFLOW = "LaunchSemaphoreWorkflow"
 LAUNCH_SEMAPHORE_ID = "launch-semaphore"
 ACQUIRE_SIGNAL = "acquire"
 RELEASE_SIGNAL = "release"
+RELEASE_MANY_SIGNAL = "release_many"  # list[ReleaseRequest]: many permits back at once
 GRANT_SIGNAL = "orch_permit_granted"
 PERMITS_QUERY = "permits"
 # The launch pool's counts, as Int search attributes (when the settings publish them).

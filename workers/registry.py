@@ -7,12 +7,14 @@ from typing import Any
 
 from temporalio.client import Client
 
-from activities import managed_job, plan, provision, runtime
+from activities import bulk_teardown, managed_job, plan, provision, runtime
+from activities.bulk_teardown import BulkTeardownActivities
 from activities.semaphore import SemaphoreActivities
 from activities.storage import PLAIN_STORAGE_ACTIVITIES, StorageActivities
 from orch.clouds import simulated
 from orch.semaphore import SemaphoreSettings
 from orch.settings import load_settings
+from workflows.bulk_teardown import BulkTeardownWorkflow
 from workflows.cluster import ClusterWorkflow
 from workflows.failover import FailoverWorkflow
 from workflows.job_output import JobOutputWorkflow
@@ -28,6 +30,7 @@ WORKFLOWS: list[type] = [
     LaunchWorkflow,
     FailoverWorkflow,
     TeardownWorkflow,
+    BulkTeardownWorkflow,
     LaunchSemaphoreWorkflow,
     ManagedJobWorkflow,
     ManagedJobIdsWorkflow,
@@ -47,6 +50,7 @@ PLAIN_ACTIVITIES: list[Callable[..., Any]] = [
     provision.terminate_instances,
     provision.wait_instances_gone,
     provision.cleanup_ports,
+    bulk_teardown.teardown_clusters,
     runtime.wait_for_nodes,
     runtime.setup_runtime,
     runtime.start_ray,
@@ -71,9 +75,11 @@ def semaphore_settings() -> SemaphoreSettings:
 
 
 def client_activities(client: Client, settings: SemaphoreSettings) -> list[Callable[..., Any]]:
-    """Activities that talk to Temporal themselves (the semaphore's)."""
+    """Activities that talk to Temporal themselves (the semaphore's, the bulk teardown's
+    hand-over)."""
     semaphore = SemaphoreActivities(client, settings)
-    return [semaphore.request_permit, semaphore.find_closed_permit_holders]
+    return [semaphore.request_permit, semaphore.find_closed_permit_holders,
+            BulkTeardownActivities(client).hand_over_cluster]
 
 
 def storage_activities(client: Client, publish_search_attributes: bool = True

@@ -17,7 +17,9 @@ Updates, so a waiting room of Updates stalls at 10):
   slots' (a launch holds a permit others wait for; a job slot's holder only waits to
   launch), and at most ``JOB_GRANTS_IN_FLIGHT`` job-slot grants are under way at once.
 - The holder sends ``release`` (`ReleaseRequest`) when done, or to withdraw a request
-  it no longer wants (it was cancelled while waiting).
+  it no longer wants (it was cancelled while waiting). ``release_many`` (a list of them)
+  gives many back at once: the bulk teardown sends the job slots of cancelled jobs that
+  way once their clusters are gone (``workflows/bulk_teardown.py``).
 
 Duplicates: an ``acquire`` whose request id is waiting, held or recently finished is
 ignored, so a retried activity never gets a second permit. A ``release`` of an unknown
@@ -78,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
         LAUNCH_SEMAPHORE_WORKFLOW,
         PERMIT_KINDS,
         PERMITS_QUERY,
+        RELEASE_MANY_SIGNAL,
         RELEASE_SIGNAL,
         SA_LAUNCH_HOLDERS,
         SA_LAUNCH_WAITING,
@@ -164,7 +167,15 @@ class LaunchSemaphoreWorkflow:
 
     @workflow.signal(name=RELEASE_SIGNAL)
     def release(self, request: ReleaseRequest) -> None:
-        self._finish(request.kind, request.request_id, why="released")
+        self._finish(request.kind, [request.request_id], why="released")
+
+    @workflow.signal(name=RELEASE_MANY_SIGNAL)
+    def release_many(self, requests: list[ReleaseRequest]) -> None:
+        """Many permits back at once (the bulk teardown's job slots)."""
+        for kind in PERMIT_KINDS:
+            ids = [r.request_id for r in requests if r.kind == kind]
+            if ids:
+                self._finish(kind, ids, why="released")
 
     @workflow.query(name=PERMITS_QUERY)
     def permits(self) -> SemaphoreView:
@@ -203,18 +214,25 @@ class LaunchSemaphoreWorkflow:
             lines.append(line)
         workflow.set_current_details("\n\n".join(lines))
 
-    def _finish(self, kind: PermitKind, request_id: str, *, why: str) -> None:
-        """Frees the permit of `request_id`, or withdraws it from the queue, and
-        remembers the id so that a late duplicate acquire is not granted."""
-        pool = self._state.pool(kind)
-        held = [h for h in pool.holders if h.request.request_id != request_id]
-        waiting = [w for w in pool.waiters if w.request_id != request_id]
-        if len(held) == len(pool.holders) and len(waiting) == len(pool.waiters):
-            workflow.logger.info("%s request %s is not held or waiting", why, request_id)
+    def _finish(self, kind: PermitKind, request_ids: list[str], *, why: str) -> None:
+        """Frees the permits of ``request_ids``, or withdraws them from the queue, and
+        remembers the ids so that a late duplicate acquire is not granted."""
+        pool, ids = self._state.pool(kind), set(request_ids)
+        held = [h for h in pool.holders if h.request.request_id not in ids]
+        waiting = [w for w in pool.waiters if w.request_id not in ids]
+        found = len(pool.holders) - len(held) + len(pool.waiters) - len(waiting)
+        if len(ids) == 1:
+            if found:
+                workflow.logger.info("%s: %s permit of %s returned", why, kind, request_ids[0])
+            else:
+                workflow.logger.info("%s request %s is not held or waiting", why,
+                                     request_ids[0])
         else:
-            workflow.logger.info("%s: %s permit of %s returned", why, kind, request_id)
+            workflow.logger.info("%s: %d %s permits of %d requests returned", why, found,
+                                 kind, len(ids))
         pool.holders, pool.waiters = held, waiting
-        self._remember_finished(request_id)
+        for request_id in request_ids:
+            self._remember_finished(request_id)
         self._grant_free_permits(kind)
 
     def _remember_finished(self, request_id: str) -> None:
@@ -270,7 +288,7 @@ class LaunchSemaphoreWorkflow:
             # The server's only failure causes: the holder is closed or missing, or it has
             # hit its signal limit. Either way it will never learn of this permit.
             workflow.logger.info("grant to %s failed (%s)", request.holder_id, err.type)
-            self._finish(request.kind, request.request_id, why="holder gone")
+            self._finish(request.kind, [request.request_id], why="holder gone")
 
     async def _reclaim_periodically(self) -> None:
         interval = self._settings.reclaim_interval
@@ -306,7 +324,7 @@ class LaunchSemaphoreWorkflow:
         closed_ids = set(closed)
         for request in held:
             if request.request_id in closed_ids:
-                self._finish(request.kind, request.request_id, why="holder closed")
+                self._finish(request.kind, [request.request_id], why="holder closed")
 
     def _swept_kinds(self) -> list[PermitKind]:
         """Launch permits always; job slots only while a job waits for one."""

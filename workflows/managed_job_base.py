@@ -11,10 +11,16 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
-from temporalio.exceptions import ActivityError, ChildWorkflowError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from orch.bulk_teardown import (
+        BULK_TEARDOWN_ID,
+        HAND_OVER_ACTIVITY,
+        HAND_OVER_SIGNAL,
+        HandedOver,
+    )
     from orch.contracts.plan import PLAN_CANDIDATES, PlanRequest
     from orch.failover_rules import Candidate
     from orch.managed_jobs import (
@@ -41,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         TeardownInput,
         cluster_workflow_id,
     )
+    from orch.semaphore import ReleaseRequest
     from orch.spec import Task
     from orch.status import ClusterStatus
     from orch.summaries import job_details, teardown_summary
@@ -51,6 +58,9 @@ with workflow.unsafe.imports_passed_through():
 
 # Waits before each new try of a teardown that failed (see ``_teardown``).
 TEARDOWN_RETRY_WAITS = (timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15))
+# workflow.patched id: a cancelled job hands its cluster (and its job slot) to the bulk
+# teardown instead of running a TeardownWorkflow child (histories recorded before did).
+HAND_OVER_PATCH = "cancelled-job-hands-cluster-to-bulk-teardown"
 
 
 class ManagedJobBase:
@@ -128,8 +138,51 @@ class ManagedJobBase:
                     self._event(EventKind.TEARDOWN,
                                 "; ".join([result.message, *result.warnings]), run)
                 break
-        if placement is not None:
-            run.usage.gone(placement, len(run.info.nodes) if run.info else 0, run.resources,
+        self._forget_cluster(run)
+
+    def _hands_over(self, run: TaskRun) -> bool:
+        """Whether the cluster goes to the bulk teardown: a cancelled job's, on which no
+        bucket is mounted (TeardownWorkflow unmounts them first: a cached mount writes
+        back) and with no bucket of the job's to release."""
+        return (self.state.status == ManagedJobStatus.CANCELLING and run.placement is not None
+                and not run.storage and not self.state.buckets
+                and workflow.patched(HAND_OVER_PATCH))
+
+    async def _hand_over(self, run: TaskRun) -> None:
+        """Hand the cluster, and the job slot, to the bulk teardown (``orch.bulk_teardown``),
+        which terminates it with the clusters of other cancelled jobs and then gives the
+        slot back. Started by the hand-over activity when it is not running; if even that
+        fails, the job tears the cluster down itself."""
+        placement, state = run.placement, self.state
+        assert placement is not None
+        slot = (ReleaseRequest(kind="job", request_id=state.slot_request_id)
+                if state.slot_request_id is not None else None)
+        cluster = HandedOver(owner=workflow.info().workflow_id, cluster_name=run.cluster_name,
+                             cloud_name=run.name_on_cloud or run.cluster_name,
+                             cloud=placement.cloud, region=placement.region, slot=slot)
+        try:
+            await workflow.get_external_workflow_handle(BULK_TEARDOWN_ID).signal(
+                HAND_OVER_SIGNAL, cluster)
+        except ApplicationError:  # not running: the activity starts it
+            try:
+                await workflow.execute_activity(
+                    HAND_OVER_ACTIVITY, cluster, **CLOUD_CALL,
+                    summary=f"hand {run.cluster_name} to the bulk teardown")
+            except ActivityError as err:
+                self._event(EventKind.TEARDOWN, f"hand-over of {run.cluster_name} failed: "
+                                                f"{error_message(err)}", run)
+                await self._teardown(run)
+                return
+        state.slot_request_id = None
+        self._event(EventKind.TEARDOWN, f"{run.cluster_name} handed to the bulk teardown "
+                                        f"({BULK_TEARDOWN_ID}), which terminates it with the "
+                                        "clusters of other cancelled jobs", run)
+        self._forget_cluster(run)
+
+    def _forget_cluster(self, run: TaskRun) -> None:
+        """The cluster is gone (or being made so): count its time, clear it from the run."""
+        if run.placement is not None:
+            run.usage.gone(run.placement, len(run.info.nodes) if run.info else 0, run.resources,
                            workflow.now())
         run.placement = run.info = run.gcs_address = None
         run.cluster_up, run.cluster_job_id, run.resources = False, 0, ""

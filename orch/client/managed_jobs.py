@@ -56,6 +56,7 @@ from orch.managed_jobs import (
     TaskRun,
     TaskStage,
     attempt_log_path,
+    job_id_of,
     managed_job_workflow_id,
     new_state,
     summarize,
@@ -189,25 +190,34 @@ class ManagedJobs:
                 raise OrchError(f"no managed job {job_id}", NO_SUCH_JOB) from None
             raise
         if description.status == WorkflowExecutionStatus.RUNNING:
-            try:
-                await handle.signal(CANCEL_SIGNAL)
-                return CancelOutcome(job_id=job_id, requested=True)
-            except RPCError as err:
-                if err.status != RPCStatusCode.NOT_FOUND:
-                    raise
-                # it ended between the two calls
+            return await self._signal_cancel(job_id)
+        return CancelOutcome(job_id=job_id, requested=False,
+                             status=(await self.state(job_id)).status)
+
+    async def _signal_cancel(self, job_id: int) -> CancelOutcome:
+        """The cancel signal to a job that was running; its status if it ended since."""
+        try:
+            await self._handle(job_id).signal(CANCEL_SIGNAL)
+            return CancelOutcome(job_id=job_id, requested=True)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
         return CancelOutcome(job_id=job_id, requested=False,
                              status=(await self.state(job_id)).status)
 
     async def cancel_all(self) -> list[CancelOutcome]:
-        """Cancel every unfinished job, ``CANCEL_CONCURRENCY`` at a time (one by one, two
-        calls each, 2,000 jobs took minutes), in the order of the queue."""
-        running = [j.id for j in await self.queue() if not j.status.is_terminal]
+        """Cancel every running job, newest first, ``CANCEL_CONCURRENCY`` signals at a
+        time. The jobs come from one visibility query of the running ones, and each gets
+        its signal without a describe first (2,000 jobs one by one, two calls each, took
+        minutes; with the describes, the calls doubled the server's work)."""
+        query = f"WorkflowType = '{MANAGED_JOB_WORKFLOW}' AND ExecutionStatus = 'Running'"
+        running = sorted({job_id_of(e.id) async for e in self.temporal.list_workflows(query)},
+                         reverse=True)
         limit = asyncio.Semaphore(CANCEL_CONCURRENCY)
 
         async def cancel(job_id: int) -> CancelOutcome:
             async with limit:
-                return await self.cancel(job_id)
+                return await self._signal_cancel(job_id)
 
         return list(await asyncio.gather(*(cancel(job_id) for job_id in running)))
 

@@ -22,6 +22,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from orch.bulk_teardown import BULK_TEARDOWN_ID, ClusterOutcome, ClustersRequest
 from orch.clouds.base import ClusterInfo, InstanceStatus, NodeInfo, ProvisionRecord
 from orch.contracts.plan import PlanRequest
 from orch.contracts.provision import InstancesRequest, ProvisionRequest, WaitGoneRequest
@@ -63,8 +64,9 @@ class ClusterTestbed:
         return handle
 
     async def terminate_all(self) -> None:
-        semaphore = self.env.client.get_workflow_handle(LAUNCH_SEMAPHORE_ID)
-        for handle in [*self.handles, semaphore]:
+        entities = [self.env.client.get_workflow_handle(e)
+                    for e in (LAUNCH_SEMAPHORE_ID, BULK_TEARDOWN_ID)]
+        for handle in [*self.handles, *entities]:
             with contextlib.suppress(RPCError):  # never started: nothing to stop
                 if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
                     await handle.terminate("test over")
@@ -233,6 +235,17 @@ class FakeCloud:
         async def cleanup_ports(request: InstancesRequest) -> None:
             await self._enter("cleanup_ports")
 
+        @activity.defn(name="teardown_clusters")
+        async def teardown_clusters(request: ClustersRequest) -> list[ClusterOutcome]:
+            """Every cluster's instances removed, as terminate_instances does; a scripted
+            failure fails the whole call (the workflow tries its clusters again later)."""
+            await self._enter("teardown_clusters")
+            outcomes = [ClusterOutcome(cluster=c, instances=sorted(self.instances[c]))
+                        for c in request.clusters]
+            for cluster in request.clusters:
+                self.instances[cluster].clear()
+            return outcomes
+
         @activity.defn(name="wait_for_nodes")
         async def wait_for_nodes(request: NodesRequest) -> None:
             await self._enter("wait_for_nodes")
@@ -296,5 +309,6 @@ class FakeCloud:
 
         return [plan_candidates, check_quota, run_instances, wait_running, get_cluster_info,
                 terminate_instances, stop_instances, wait_instances_gone, cleanup_ports,
-                wait_for_nodes, setup_runtime, start_ray, sync_files, run_setup, submit_job,
-                stop_ray, query_instances, ray_healthy, jobs_activity, head_jobs]
+                teardown_clusters, wait_for_nodes, setup_runtime, start_ray, sync_files,
+                run_setup, submit_job, stop_ray, query_instances, ray_healthy, jobs_activity,
+                head_jobs]

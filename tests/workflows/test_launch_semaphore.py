@@ -34,6 +34,7 @@ from orch.semaphore import (
     FIND_CLOSED_HOLDERS_ACTIVITY,
     GRANT_SIGNAL,
     PERMITS_QUERY,
+    RELEASE_MANY_SIGNAL,
     RELEASE_SIGNAL,
     REQUEST_PERMIT_ACTIVITY,
     AcquireRequest,
@@ -474,6 +475,31 @@ async def test_job_slots_limit_independently(harness: Harness) -> None:
     acquires, grants = await acquires_and_grants(harness.client, await harness.run_histories())
     assert len(grants) == 9
     assert_fifo(acquires, grants)
+
+
+async def test_many_job_slots_given_back_in_one_signal_go_to_the_waiters(
+    harness: Harness,
+) -> None:
+    semaphore = await harness.start_semaphore(
+        SemaphoreSettings(limits=PermitLimits(launch=1, job=3)))
+    jobs = await asyncio.gather(*(
+        harness.start_holder(f"job{i}", kind="job", hold_for=timedelta(hours=1))
+        for i in range(5)))
+    await harness.wait_for_pool("job", held=3, waiting=2)
+    pool = await harness.pool("job")
+    held, waiting = pool.holders, [w.holder_id for w in pool.waiters]
+
+    # What the bulk teardown sends once the clusters of cancelled jobs are gone, with an
+    # id nobody holds among them.
+    await semaphore.signal(RELEASE_MANY_SIGNAL, [
+        *(ReleaseRequest(kind="job", request_id=h.request.request_id) for h in held[:2]),
+        ReleaseRequest(kind="job", request_id="unknown")])
+    await harness.wait_for_pool("job", held=3, waiting=0)
+
+    granted_to = {h.request.holder_id for h in (await harness.pool("job")).holders}
+    assert granted_to == {held[2].request.holder_id, *waiting}
+    for job in jobs:
+        await job.terminate("test over")
 
 
 async def test_waiters_survive_continue_as_new(harness: Harness) -> None:

@@ -1,0 +1,111 @@
+"""Activities of the bulk teardown (``workflows/bulk_teardown.py``).
+
+``teardown_clusters`` empties many clusters of one cloud region in one activity: for each,
+the same provider calls as TeardownWorkflow's terminate (find the instances, terminate
+them, wait until they are gone, close the ports), on a pool of threads. One activity for
+hundreds of clusters is the point: the control plane records three workflow-state writes
+for it, not some 20 per cluster. A cluster whose calls fail is reported with its error and
+does not hold up the others; the workflow tries it again later.
+
+Crash-safe: every step is idempotent (a terminated cluster has no instances left to find,
+and closing ports that are closed does nothing), and the clusters already emptied are the
+heartbeat details, so an attempt after a worker crash goes on with the rest.
+
+``hand_over_cluster`` signal-with-starts the entity, for a job that found it not running
+(a workflow cannot signal-with-start).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+
+from temporalio import activity
+from temporalio.client import Client
+
+from activities.errors import typed_errors
+from activities.heartbeat import Heartbeats, earlier_details
+from activities.provision import PORTS_TIMEOUT_S, gone_check, started_check
+from orch.bulk_teardown import (
+    BULK_TEARDOWN_ID,
+    BULK_TEARDOWN_WORKFLOW,
+    HAND_OVER_ACTIVITY,
+    HAND_OVER_SIGNAL,
+    TEARDOWN_CLUSTERS_ACTIVITY,
+    BulkTeardownInput,
+    ClusterOutcome,
+    ClustersRequest,
+    HandedOver,
+)
+from orch.clouds import get_provider
+from orch.clouds.base import Provider
+from orch.contracts.provision import InstancesRequest, WaitGoneRequest
+from orch.waiting import WaitProgress, after_operations, wait_until
+
+# Clusters emptied at once by one activity: each mostly waits on its cloud's answers.
+CLUSTERS_AT_ONCE = 32
+GONE_TIMEOUT_S = WaitGoneRequest.model_fields["timeout_s"].default
+
+
+def empty_cluster(provider: Provider, region: str, cluster: str) -> list[str]:
+    """Terminate one cluster's instances, wait until they are gone, close its ports;
+    returns the instances found."""
+    found = list(provider.query_instances(region, cluster))
+    operations = provider.terminate_instances(region, cluster, False)
+    started = WaitProgress(what=f"{cluster} terminated in {region}", since=time.time())
+    wait_until(after_operations(provider, region, cluster, operations,
+                                gone_check(provider, region, cluster, None)),
+               started, GONE_TIMEOUT_S, lambda _: None)
+    ports = InstancesRequest(cloud="", region=region, cluster_name=cluster)
+    wait_until(started_check(provider, ports, provider.cleanup_ports),
+               WaitProgress(what=f"ports of {cluster} closed in {region}", since=time.time()),
+               PORTS_TIMEOUT_S, lambda _: None)
+    return found
+
+
+def _outcome(provider: Provider, region: str, cluster: str) -> ClusterOutcome:
+    try:
+        return ClusterOutcome(cluster=cluster, instances=empty_cluster(provider, region, cluster))
+    except Exception as err:  # one cluster's failure must not hold up the others
+        return ClusterOutcome(cluster=cluster, error=f"{type(err).__name__}: {err}")
+
+
+@activity.defn(name=TEARDOWN_CLUSTERS_ACTIVITY)
+@typed_errors
+def teardown_clusters(request: ClustersRequest) -> list[ClusterOutcome]:
+    """Empty every cluster of the request (see the module docstring); one outcome per
+    cluster, in the request's order. Clusters an earlier attempt emptied (its heartbeat
+    details) are reported as done without calling the cloud again."""
+    provider = get_provider(request.cloud)
+    earlier = earlier_details()
+    done: dict[str, ClusterOutcome] = {}
+    if isinstance(earlier, list):
+        done = {o.cluster: o for o in map(ClusterOutcome.model_validate, earlier)}
+    todo = [c for c in dict.fromkeys(request.clusters) if c not in done]
+    with Heartbeats([o.model_dump() for o in done.values()]) as beats, \
+            ThreadPoolExecutor(max_workers=CLUSTERS_AT_ONCE,
+                               thread_name_prefix="teardown") as pool:
+        futures = [pool.submit(_outcome, provider, request.region, c) for c in todo]
+        for future in as_completed(futures):
+            outcome = future.result()
+            done[outcome.cluster] = outcome
+            beats.update([o.model_dump() for o in done.values() if not o.error])
+    return [done[c] for c in request.clusters]
+
+
+class BulkTeardownActivities:
+    """The activity that needs a Temporal client: built once per worker."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @activity.defn(name=HAND_OVER_ACTIVITY)
+    async def hand_over_cluster(self, cluster: HandedOver) -> None:
+        """Signal-with-start: hand the cluster over, starting the entity if none runs.
+        A retry may hand it over twice; the entity keeps one of each."""
+        await self._client.start_workflow(
+            BULK_TEARDOWN_WORKFLOW, BulkTeardownInput(), id=BULK_TEARDOWN_ID,
+            task_queue=activity.info().task_queue,
+            start_signal=HAND_OVER_SIGNAL, start_signal_args=[cluster],
+            static_summary="bulk teardown: terminates the clusters of cancelled managed jobs",
+        )

@@ -1,0 +1,168 @@
+"""BulkTeardownWorkflow on the time-skipping test server, with FakeCloud's
+``teardown_clusters`` and the real hand-over activity: batches per cloud region, failed
+clusters tried again on durable timers and then given up, continue-as-new with clusters
+queued, a refused cancel, and the idle end."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest_asyncio
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.bulk_teardown import BulkTeardownActivities
+from orch.bulk_teardown import (
+    BULK_TEARDOWN_ID,
+    HAND_OVER_SIGNAL,
+    BulkTeardownInput,
+    BulkTeardownState,
+    ClustersRequest,
+    HandedOver,
+)
+from orch.clouds.base import InstanceStatus
+from tests.workflows.fake_cloud import FakeCloud, provision_error
+from tests.workflows.histories import save_with_children
+from workflows.bulk_teardown import BulkTeardownWorkflow
+from workflows.managed_job_base import TEARDOWN_RETRY_WAITS
+
+
+class Bed:
+    def __init__(self, env: WorkflowEnvironment, cloud: FakeCloud) -> None:
+        self.env, self.cloud = env, cloud
+        self.queue = f"bulk-{uuid.uuid4().hex[:8]}"
+        self.requests: list[ClustersRequest] = []
+
+    def make(self, region: str, count: int) -> list[HandedOver]:
+        """``count`` clusters of two instances in ``region``, as handed over."""
+        made = []
+        for _ in range(count):
+            name = f"job-{uuid.uuid4().hex[:8]}-0"
+            self.cloud.instances[name] = {f"{name}-{i}": InstanceStatus.RUNNING
+                                          for i in range(2)}
+            made.append(HandedOver(owner=f"job/{name}", cluster_name=name, cloud_name=name,
+                                   cloud="aws", region=region))
+        return made
+
+    async def hand_over(self, clusters: list[HandedOver],
+                        input: BulkTeardownInput | None = None) -> WorkflowHandle:
+        """The first by signal-with-start (what the hand-over activity does), the rest by
+        signal (what a job does while the entity runs)."""
+        handle = await self.env.client.start_workflow(
+            BulkTeardownWorkflow.run, input or BulkTeardownInput(), id=BULK_TEARDOWN_ID,
+            task_queue=self.queue, start_signal=HAND_OVER_SIGNAL,
+            start_signal_args=[clusters[0]])
+        for cluster in clusters[1:]:
+            await handle.signal(HAND_OVER_SIGNAL, cluster)
+        return handle
+
+    def worker(self) -> Worker:
+        base = [a for a in self.cloud.activities()
+                if getattr(a, "__temporal_activity_definition").name == "teardown_clusters"]
+
+        @activity.defn(name="teardown_clusters")
+        async def teardown_clusters(request: ClustersRequest) -> object:
+            self.requests.append(request)
+            return await base[0](request)
+
+        return Worker(self.env.client, task_queue=self.queue, workflows=[BulkTeardownWorkflow],
+                      activities=[teardown_clusters,
+                                  BulkTeardownActivities(self.env.client).hand_over_cluster])
+
+    def left(self, clusters: list[HandedOver]) -> list[str]:
+        return [c.cluster_name for c in clusters if self.cloud.instances[c.cloud_name]]
+
+
+@pytest_asyncio.fixture
+async def bed(time_skipping_env: WorkflowEnvironment) -> AsyncIterator[Bed]:
+    yield Bed(time_skipping_env, FakeCloud())
+
+
+async def result(handle: WorkflowHandle) -> BulkTeardownState:
+    """The entity's state when it ends (idle for IDLE_END, skipped here)."""
+    state: BulkTeardownState = await handle.result()
+    return state
+
+
+async def test_clusters_handed_over_together_go_in_one_batch_per_region(bed: Bed) -> None:
+    east, west = bed.make("us-east-1", 7), bed.make("us-west-2", 3)
+    handle = await bed.hand_over([*east, *west])  # all queued before a worker polls
+
+    async with bed.worker():
+        final = await result(handle)
+
+    assert sorted((r.region, sorted(r.clusters)) for r in bed.requests) == [
+        ("us-east-1", sorted(c.cloud_name for c in east)),
+        ("us-west-2", sorted(c.cloud_name for c in west))]
+    assert bed.left([*east, *west]) == []
+    assert (final.terminated, final.pending, final.given_up) == (10, [], [])
+
+
+async def test_a_failed_cluster_is_tried_again_after_each_wait_then_given_up(
+    bed: Bed,
+) -> None:
+    (cluster,) = bed.make("us-east-1", 1)
+    for _ in range(len(TEARDOWN_RETRY_WAITS) + 1):  # the first try and every retry fail
+        bed.cloud.fail("teardown_clusters",
+                       provision_error("TransientError", "RequestLimitExceeded", "region"))
+    handle = await bed.hand_over([cluster])
+
+    async with bed.worker():
+        final = await result(handle)
+        await save_with_children(bed.env.client, handle, "bulk_teardown")
+
+    assert len(bed.requests) == len(TEARDOWN_RETRY_WAITS) + 1
+    timers = [e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+              for e in (await handle.fetch_history()).events
+              if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
+    assert timers[:3] == list(TEARDOWN_RETRY_WAITS)  # then the idle end's
+    assert (final.terminated, final.given_up) == (0, [cluster.cluster_name])
+    assert bed.left([cluster]) == [cluster.cluster_name]  # the warning says where
+
+
+async def test_a_cluster_that_fails_once_is_terminated_on_its_retry(bed: Bed) -> None:
+    clusters = bed.make("us-east-1", 2)
+    bed.cloud.fail("teardown_clusters",
+                   provision_error("TransientError", "RequestLimitExceeded", "region"))
+    handle = await bed.hand_over(clusters)
+
+    async with bed.worker():
+        final = await result(handle)
+
+    assert bed.left(clusters) == []
+    assert (final.terminated, final.given_up) == (2, [])
+
+
+async def test_clusters_queued_at_a_continue_as_new_are_carried_to_the_next_run(
+    bed: Bed,
+) -> None:
+    clusters = bed.make("us-east-1", 120)  # 120 signals, more than a run's 100 events
+    handle = await bed.hand_over(clusters, BulkTeardownInput(max_events_per_run=100))
+
+    async with bed.worker():
+        final = await result(handle)
+
+    runs = {e.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            for e in (await bed.env.client.get_workflow_handle(
+                BULK_TEARDOWN_ID, run_id=handle.result_run_id).fetch_history()).events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW}
+    assert runs, "the first run continued as new"
+    assert bed.left(clusters) == []
+    assert final.terminated == 120
+
+
+async def test_a_cancel_from_the_web_ui_is_refused_and_the_clusters_still_go(
+    bed: Bed,
+) -> None:
+    clusters = bed.make("us-east-1", 3)
+    handle = await bed.hand_over(clusters)
+    await handle.cancel()
+
+    async with bed.worker():
+        final = await result(handle)
+
+    assert bed.left(clusters) == [] and final.terminated == 3

@@ -1,0 +1,201 @@
+"""BulkTeardownWorkflow (``orch-bulk-teardown``): terminates, in batches, the clusters that
+cancelled managed jobs hand over (``orch.bulk_teardown``).
+
+An entity workflow. Each hand-over is a signal (``HandedOver``); clusters queue in its
+state. While clusters wait, it runs up to ``BATCHES_AT_ONCE`` ``teardown_clusters``
+activities, each for up to ``BATCH`` clusters of one cloud region: the first hand-over of a
+cancel-all is torn down at once, and the next ones, arriving while it runs, make the next,
+larger batches. Once a batch is over, its clusters' job slots go back to the launch
+semaphore in one signal: a slot is held until its cluster is gone.
+
+A cluster whose teardown failed is tried again after each of the job teardown's waits
+(``TEARDOWN_RETRY_WAITS``: 1, 5, 15 minutes), on a durable timer, then given up: logged
+as a warning, kept in the state's ``given_up`` list (the Web UI shows the latest) and its
+slot given back, as the job's own teardown does.
+
+Continue-as-new when the server suggests it or after ``max_events_per_run`` events (each
+hand-over is one): no new batch is started, and once none is in flight the queue is
+carried to the next run. Idle for ``IDLE_END``, the workflow completes; the next
+hand-over starts it again (``hand_over_cluster``'s signal-with-start). Its result is
+its state (what it terminated, what it gave up on). Temporal's
+cancellation (the Web UI) is refused: cancelling would abandon the clusters it holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from orch.bulk_teardown import (
+        BULK_TEARDOWN_WORKFLOW,
+        HAND_OVER_SIGNAL,
+        TEARDOWN_CLUSTERS_ACTIVITY,
+        BulkTeardownInput,
+        BulkTeardownState,
+        ClusterOutcome,
+        ClustersRequest,
+        HandedOver,
+        Pending,
+    )
+    from orch.semaphore import LAUNCH_SEMAPHORE_ID, RELEASE_MANY_SIGNAL, ReleaseRequest
+    from workflows.managed_job_base import TEARDOWN_RETRY_WAITS
+    from workflows.options import LONG_CALL, error_message
+
+BATCH = 500  # clusters per activity: its input and result stay well under 100 KB
+BATCHES_AT_ONCE = 4
+IDLE_END = timedelta(minutes=10)
+GIVEN_UP_KEPT = 100
+
+Key = tuple[str, str, str]
+
+
+def _key(cluster: HandedOver) -> Key:
+    return cluster.cloud, cluster.region, cluster.cloud_name
+
+
+@workflow.defn(name=BULK_TEARDOWN_WORKFLOW)
+class BulkTeardownWorkflow:
+    @workflow.init
+    def __init__(self, input: BulkTeardownInput) -> None:
+        self.state = input.state
+        self.max_events = input.max_events_per_run
+        self.known: set[Key] = {_key(p.cluster) for p in self.state.pending}
+        # Batches under way; referenced here because the event loop holds tasks weakly.
+        self.batches: set[asyncio.Task[None]] = set()
+        self.changed = False
+
+    @workflow.signal(name=HAND_OVER_SIGNAL)
+    def hand_over(self, cluster: HandedOver) -> None:
+        if _key(cluster) in self.known:
+            return  # handed over twice (a retried hand-over activity)
+        self.known.add(_key(cluster))
+        self.state.pending.append(Pending(cluster=cluster))
+        self.changed = True
+
+    @workflow.run
+    async def run(self, input: BulkTeardownInput) -> BulkTeardownState:
+        """Runs until idle for IDLE_END; returns the state then (what it terminated and
+        gave up on, for the Web UI's result)."""
+        while True:
+            self.changed = False
+            if not self._continue_as_new_due():
+                self._start_batches()
+            elif not self.batches:
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(BulkTeardownInput(state=self.state,
+                                                           max_events_per_run=self.max_events))
+            self._show()
+            if not self.batches and not self.state.pending:
+                await self._wait(lambda: bool(self.state.pending), IDLE_END)
+                if not self.state.pending:  # (a hand-over after this: the server refuses
+                    return self.state       # the completion, and the task runs again)
+                continue
+            await self._wait(lambda: self.changed, self._until_next_retry())
+
+    async def _wait(self, condition: Callable[[], bool], timeout: timedelta | None) -> None:
+        """Until ``condition`` holds, or ``timeout`` passed. A cancel is refused."""
+        try:
+            await workflow.wait_condition(condition, timeout=timeout)
+        except TimeoutError:
+            pass
+        except asyncio.CancelledError:
+            workflow.logger.warning("cancel refused: the bulk teardown finishes the clusters "
+                                    "it holds (terminate it to stop; they may then remain)")
+
+    def _continue_as_new_due(self) -> bool:
+        info = workflow.info()
+        return (info.is_continue_as_new_suggested()
+                or info.get_current_history_length() >= self.max_events)
+
+    def _until_next_retry(self) -> timedelta | None:
+        """How long until the next failed cluster is due to be tried again, if any."""
+        now = workflow.now()
+        due = [p.retry_at for p in self.state.pending if p.retry_at is not None
+               and p.retry_at > now]
+        return min(due) - now if due else None
+
+    def _ready(self) -> list[Pending]:
+        now = workflow.now()
+        return [p for p in self.state.pending if p.retry_at is None or p.retry_at <= now]
+
+    def _start_batches(self) -> None:
+        """Batches of ready clusters, one cloud region each, while fewer than
+        BATCHES_AT_ONCE run."""
+        while len(self.batches) < BATCHES_AT_ONCE and (ready := self._ready()):
+            place = (ready[0].cluster.cloud, ready[0].cluster.region)
+            batch = [p for p in ready if (p.cluster.cloud, p.cluster.region) == place][:BATCH]
+            taken = {id(p) for p in batch}
+            self.state.pending = [p for p in self.state.pending if id(p) not in taken]
+            task = asyncio.create_task(self._run_batch(batch))
+            self.batches.add(task)
+            task.add_done_callback(self._batch_done)
+
+    def _batch_done(self, task: asyncio.Task[None]) -> None:
+        self.batches.discard(task)
+        self.changed = True
+
+    async def _run_batch(self, batch: list[Pending]) -> None:
+        cloud, region = batch[0].cluster.cloud, batch[0].cluster.region
+        names = [p.cluster.cloud_name for p in batch]
+        try:
+            outcomes = await workflow.execute_activity(
+                TEARDOWN_CLUSTERS_ACTIVITY, ClustersRequest(cloud=cloud, region=region,
+                                                            clusters=names),
+                result_type=list[ClusterOutcome], **LONG_CALL,
+                summary=f"terminate {len(names)} cluster(s) in {cloud} {region}")
+        except ActivityError as err:
+            outcomes = [ClusterOutcome(cluster=n, error=error_message(err)) for n in names]
+        by_name = {o.cluster: o for o in outcomes}
+        slots: list[ReleaseRequest] = []
+        for item in batch:
+            outcome = by_name.get(item.cluster.cloud_name)
+            error = outcome.error if outcome is not None else "no outcome reported"
+            if error and item.tries < len(TEARDOWN_RETRY_WAITS):
+                item.retry_at = workflow.now() + TEARDOWN_RETRY_WAITS[item.tries]
+                item.tries, item.last_error = item.tries + 1, error
+                self.state.pending.append(item)
+                workflow.logger.warning("teardown of %s failed: %s; trying again at %s",
+                                        item.cluster.cluster_name, error, item.retry_at)
+                continue
+            self._done(item, error)
+            if item.cluster.slot is not None:
+                slots.append(item.cluster.slot)
+        await self._release(slots)
+
+    def _done(self, item: Pending, error: str) -> None:
+        cluster = item.cluster
+        self.known.discard(_key(cluster))
+        if not error:
+            self.state.terminated += 1
+            return
+        workflow.logger.warning(
+            "teardown of %s (of %s) given up: %s; instances tagged orch-cluster=%s may "
+            "remain on %s/%s", cluster.cluster_name, cluster.owner, error, cluster.cloud_name,
+            cluster.cloud, cluster.region)
+        self.state.given_up = [*self.state.given_up, cluster.cluster_name][-GIVEN_UP_KEPT:]
+
+    async def _release(self, slots: list[ReleaseRequest]) -> None:
+        """The batch's job slots back to the launch semaphore, in one signal."""
+        if not slots:
+            return
+        try:
+            await workflow.get_external_workflow_handle(LAUNCH_SEMAPHORE_ID).signal(
+                RELEASE_MANY_SIGNAL, slots)
+        except ApplicationError as err:  # no semaphore: nothing held there any more
+            workflow.logger.info("%d job slot(s) not released: %s", len(slots), err.type)
+
+    def _show(self) -> None:
+        """The Web UI's current details."""
+        state = self.state
+        waiting = [p for p in state.pending if p.retry_at is not None]
+        lines = [f"**Tearing down:** {len(state.pending) - len(waiting)} cluster(s) queued, "
+                 f"{len(self.batches)} batch(es) under way, {len(waiting)} waiting to be "
+                 f"tried again; {state.terminated} terminated so far"]
+        if state.given_up:
+            lines.append(f"**Given up (instances may remain):** {', '.join(state.given_up)}")
+        workflow.set_current_details("\n\n".join(lines))
