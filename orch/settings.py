@@ -27,7 +27,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -49,6 +49,7 @@ ENV_VARS = {
     "launch_permits": "ORCH_LAUNCH_PERMITS",
     "job_slots": "ORCH_JOB_SLOTS",
     "staging": "ORCH_STAGING",
+    "server_sync": "ORCH_SERVER_SYNC",
     "temporal.address": "TEMPORAL_ADDRESS",
     "temporal.namespace": "TEMPORAL_NAMESPACE",
     "temporal.tls.cert": "TEMPORAL_TLS_CERT",
@@ -115,6 +116,10 @@ class Settings(_Section):
     # Where workdirs and file mounts are staged for the workers (orch.staging): a bucket
     # URI every worker can read; None: the local store, shared with the embedded worker.
     staging: str | None = None
+    # How the embedded server's SQLite syncs each commit (orch.server): "full" survives a
+    # power loss or an OS crash too; "normal" survives a crash of the server, the worker or
+    # the CLI, and may lose the last commits to a power loss (SQLite's WAL mode).
+    server_sync: Literal["full", "normal"] = "full"
 
     @field_validator("allowed_clouds", mode="before")
     @classmethod

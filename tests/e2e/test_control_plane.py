@@ -47,11 +47,32 @@ def test_two_homes_run_side_by_side_on_their_own_ports(orch: Orch, tmp_path: Pat
 
 
 def test_the_servers_database_writes_ahead_of_its_log(orch: Orch) -> None:
-    """WAL mode (``orch.server.SQLITE_PRAGMAS``): the mode is kept in the file itself."""
+    """WAL mode (``orch.server.sqlite_pragmas``): the mode is kept in the file itself."""
     orch("server", "start")
     database = orch.plane().dir / "temporal.db"
     with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_the_server_syncs_every_commit_unless_configured_not_to(orch: Orch,
+                                                                tmp_path: Path) -> None:
+    """``server_sync`` (default full) reaches the dev server's SQLite; the pragma lives in
+    the connection, not the file, so it is read from the server's command line."""
+    def synchronous(cli: Orch) -> list[str]:
+        state = cli.plane().state()
+        assert state is not None
+        args = Path(f"/proc/{state.server_pid}/cmdline").read_bytes().decode().split("\0")
+        return [a for a in args if a.startswith("synchronous=")]
+
+    orch("server", "start")
+    assert synchronous(orch) == ["synchronous=full"]
+    relaxed = Orch(tmp_path / "relaxed-home")
+    relaxed.env["ORCH_SERVER_SYNC"] = "normal"
+    try:
+        relaxed("server", "start")
+        assert synchronous(relaxed) == ["synchronous=normal"]
+    finally:
+        relaxed("server", "stop")
 
 
 def test_server_status_says_a_dead_worker_is_dead_and_how_to_restart_it(tmp_path: Path
