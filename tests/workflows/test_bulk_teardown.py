@@ -1,19 +1,23 @@
 """BulkTeardownWorkflow on the time-skipping test server, with FakeCloud's
 ``teardown_clusters`` and the real hand-over activity: batches per cloud region, failed
 clusters tried again on durable timers and then given up, continue-as-new with clusters
-queued, a refused cancel, and the idle end."""
+queued, a refused cancel, the idle end, and a bug in a batch that holds the workflow task
+(retried) instead of losing the batch's clusters."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
+import pytest
 import pytest_asyncio
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.bulk_teardown import BulkTeardownActivities
 from orch.bulk_teardown import (
@@ -23,6 +27,7 @@ from orch.bulk_teardown import (
     BulkTeardownState,
     ClustersRequest,
     HandedOver,
+    Pending,
 )
 from orch.clouds.base import InstanceStatus
 from tests.workflows.fake_cloud import FakeCloud, provision_error
@@ -60,7 +65,7 @@ class Bed:
             await handle.signal(HAND_OVER_SIGNAL, cluster)
         return handle
 
-    def worker(self) -> Worker:
+    def worker(self, **options: Any) -> Worker:
         base = [a for a in self.cloud.activities()
                 if getattr(a, "__temporal_activity_definition").name == "teardown_clusters"]
 
@@ -71,7 +76,8 @@ class Bed:
 
         return Worker(self.env.client, task_queue=self.queue, workflows=[BulkTeardownWorkflow],
                       activities=[teardown_clusters,
-                                  BulkTeardownActivities(self.env.client).hand_over_cluster])
+                                  BulkTeardownActivities(self.env.client).hand_over_cluster],
+                      **options)
 
     def left(self, clusters: list[HandedOver]) -> list[str]:
         return [c.cluster_name for c in clusters if self.cloud.instances[c.cloud_name]]
@@ -166,3 +172,30 @@ async def test_a_cancel_from_the_web_ui_is_refused_and_the_clusters_still_go(
         final = await result(handle)
 
     assert bed.left(clusters) == [] and final.terminated == 3
+
+
+async def test_a_bug_in_a_batch_holds_the_workflow_task_until_fixed_and_loses_nothing(
+    bed: Bed, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clusters = bed.make("us-east-1", 2)
+    done = BulkTeardownWorkflow._done
+
+    def broken(self: BulkTeardownWorkflow, item: Pending, error: str) -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(BulkTeardownWorkflow, "_done", broken)
+    handle = await bed.hand_over(clusters)
+    # Outside the sandbox, which would import its own copy of the class patched here.
+    async with bed.worker(workflow_runner=UnsandboxedWorkflowRunner()):
+        for _ in range(200):  # the workflow task fails, and is retried: not the workflow
+            events = (await handle.fetch_history()).events
+            if any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED for e in events):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("no workflow task failed")
+        monkeypatch.setattr(BulkTeardownWorkflow, "_done", done)  # a fixed worker
+
+        final = await result(handle)
+
+    assert bed.left(clusters) == [] and final.terminated == 2
