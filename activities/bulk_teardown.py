@@ -25,7 +25,7 @@ from temporalio.client import Client
 
 from activities.errors import typed_errors
 from activities.heartbeat import Heartbeats, earlier_details
-from activities.provision import PORTS_TIMEOUT_S, gone_check, started_check
+from activities.provision import PORTS_TIMEOUT_S, gone_check, start_terminate, started_check
 from orch.bulk_teardown import (
     BULK_TEARDOWN_ID,
     BULK_TEARDOWN_WORKFLOW,
@@ -39,7 +39,7 @@ from orch.bulk_teardown import (
 )
 from orch.clouds import get_provider
 from orch.clouds.base import Provider
-from orch.contracts.provision import InstancesRequest, WaitGoneRequest
+from orch.contracts.provision import WaitGoneRequest
 from orch.waiting import WaitProgress, after_operations, wait_until
 
 # Clusters emptied at once by one activity: each mostly waits on its cloud's answers.
@@ -50,17 +50,15 @@ GONE_TIMEOUT_S = WaitGoneRequest.model_fields["timeout_s"].default
 def empty_cluster(provider: Provider, region: str, cluster: str) -> list[str]:
     """Terminate one cluster's instances, wait until they are gone, close its ports;
     returns the instances found."""
-    found = list(provider.query_instances(region, cluster))
-    operations = provider.terminate_instances(region, cluster, False)
-    started = WaitProgress(what=f"{cluster} terminated in {region}", since=time.time())
-    wait_until(after_operations(provider, region, cluster, operations,
+    started = start_terminate(provider, region, cluster)
+    wait_until(after_operations(provider, region, cluster, started.operations,
                                 gone_check(provider, region, cluster, None)),
-               started, GONE_TIMEOUT_S, lambda _: None)
-    ports = InstancesRequest(cloud="", region=region, cluster_name=cluster)
-    wait_until(started_check(provider, ports, provider.cleanup_ports),
+               WaitProgress(what=f"{cluster} terminated in {region}", since=time.time()),
+               GONE_TIMEOUT_S, lambda _: None)
+    wait_until(started_check(provider, region, cluster, provider.cleanup_ports),
                WaitProgress(what=f"ports of {cluster} closed in {region}", since=time.time()),
                PORTS_TIMEOUT_S, lambda _: None)
-    return found
+    return started.instances
 
 
 def _outcome(provider: Provider, region: str, cluster: str) -> ClusterOutcome:

@@ -155,10 +155,15 @@ def stop_instances(request: InstancesRequest) -> TeardownStarted:
 def terminate_instances(request: InstancesRequest) -> TeardownStarted:
     """Start terminating every instance tagged with the cluster (and, for the whole
     cluster, what the cloud removes with it: Azure's resource group)."""
-    provider = get_provider(request.cloud)
-    found = list(provider.query_instances(request.region, request.cluster_name))
-    operations = provider.terminate_instances(request.region, request.cluster_name,
-                                              request.worker_only)
+    return start_terminate(get_provider(request.cloud), request.region, request.cluster_name,
+                           request.worker_only)
+
+
+def start_terminate(provider: Provider, region: str, cluster: str,
+                    worker_only: bool = False) -> TeardownStarted:
+    """The cluster's instances as found, and the operations terminating them started."""
+    found = list(provider.query_instances(region, cluster))
+    operations = provider.terminate_instances(region, cluster, worker_only)
     return TeardownStarted(instances=found, operations=operations)
 
 
@@ -198,14 +203,14 @@ def cleanup_ports(request: InstancesRequest) -> None:
     the cloud to be done with that."""
     provider = get_provider(request.cloud)
     wait_for(f"ports of {request.cluster_name} closed in {request.region}",
-             started_check(provider, request, provider.cleanup_ports), PORTS_TIMEOUT_S)
+             started_check(provider, request.region, request.cluster_name,
+                           provider.cleanup_ports), PORTS_TIMEOUT_S)
 
 
-def started_check(provider: Provider, request: InstancesRequest,
+def started_check(provider: Provider, region: str, cluster: str,
                   start: Callable[[str, str], list[Operation]]) -> Callable[[], StateCheck]:
     """A check whose first look starts the work (so that the call heartbeats as the polls
     do; a retried attempt starts it again, which the call allows), then follows it."""
-    region, cluster = request.region, request.cluster_name
     operations: list[Operation] | None = None
 
     def check() -> StateCheck:

@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import WorkflowExecution
 
 from bench.managed_jobs_scale import cancel_all, count, jobs_setup, launch_all, wait_count
 from bench.sim_cloud import CpuWindow, SimCloud, exit_on_sigterm, load_average
@@ -48,6 +50,15 @@ SAMPLE = 20  # jobs, and teardowns, whose histories are read
 OPERATIONS_SHOWN = 6
 
 
+def _name(event: HistoryEvent) -> str:
+    return EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
+
+
+async def _history(client: Client, run: WorkflowExecution) -> list[HistoryEvent]:
+    handle = client.temporal.get_workflow_handle(run.id, run_id=run.run_id)
+    return list((await handle.fetch_history()).events)
+
+
 async def _events_after_cancel(client: Client, job_id: int) -> Counter[str]:
     """Event types of a job's history from its cancel signal on."""
     history = await client.temporal.get_workflow_handle(
@@ -58,7 +69,7 @@ async def _events_after_cancel(client: Client, job_id: int) -> Counter[str]:
         signal = event.workflow_execution_signaled_event_attributes
         cancelled = cancelled or signal.signal_name == CANCEL_SIGNAL
         if cancelled:
-            counted[EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")] += 1
+            counted[_name(event)] += 1
     return counted
 
 
@@ -69,11 +80,8 @@ async def _teardown_events(client: Client, since: float) -> tuple[int, Counter[s
     runs = 0
     query = f"WorkflowType = '{TEARDOWN_WORKFLOW}' AND StartTime >= '{started}'"
     async for run in client.temporal.list_workflows(query, limit=SAMPLE):
-        history = await client.temporal.get_workflow_handle(run.id, run_id=run.run_id
-                                                            ).fetch_history()
         runs += 1
-        counted.update(EventType.Name(e.event_type).removeprefix("EVENT_TYPE_")
-                       for e in history.events)
+        counted.update(map(_name, await _history(client, run)))
     return runs, counted
 
 
@@ -81,10 +89,8 @@ async def _bulk_teardown_events(client: Client, since: float) -> Counter[str]:
     """Event types of the bulk teardown's runs recorded since ``since``, all of them."""
     counted: Counter[str] = Counter()
     async for run in client.temporal.list_workflows(f"WorkflowId = '{BULK_TEARDOWN_ID}'"):
-        history = await client.temporal.get_workflow_handle(run.id, run_id=run.run_id
-                                                            ).fetch_history()
-        counted.update(EventType.Name(e.event_type).removeprefix("EVENT_TYPE_")
-                       for e in history.events if e.event_time.ToSeconds() >= since)
+        counted.update(_name(e) for e in await _history(client, run)
+                       if e.event_time.ToSeconds() >= since)
     return counted
 
 

@@ -210,6 +210,11 @@ class TaskRun(BaseModel):
     usage: UsageClock = Field(default_factory=UsageClock)  # its clusters' time up (cost-report)
     storage: list[BucketMount] = Field(default_factory=list)  # on its current cluster
 
+    @property
+    def cloud_name(self) -> str:
+        """The name the cluster's instances are tagged and found with."""
+        return self.name_on_cloud or self.cluster_name
+
 
 class ManagedJobState(BaseModel):
     """Everything ManagedJobWorkflow knows; one model, carried across continue-as-new."""

@@ -197,10 +197,8 @@ class ManagedJobWorkflow(JobLaunches):
         """Leave nothing behind: the cluster torn down, the job slot given back."""
         state = self.state
         run = state.current
-        if run.placement is not None and self._hands_over(run):
-            await self._hand_over(run)
-        elif run.placement is not None:
-            await self._teardown(run)
+        if run.placement is not None:
+            await (self._hand_over(run) if self._hands_over(run) else self._teardown(run))
         elif run.launching:
             await self._sweep(run)
         if state.status == ManagedJobStatus.CANCELLING:

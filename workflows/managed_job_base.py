@@ -126,7 +126,7 @@ class ManagedJobBase:
                 except ChildWorkflowError as err:
                     then = (f"trying again in {wait}" if wait is not None else
                             "instances tagged orch-cluster="
-                            f"{run.name_on_cloud or run.cluster_name} may remain "
+                            f"{run.cloud_name} may remain "
                             f"on {placement.cloud}/{placement.region}")
                     self._event(EventKind.TEARDOWN, f"teardown of {run.cluster_name} failed: "
                                                     f"{error_message(err)}; {then}", run)
@@ -144,9 +144,8 @@ class ManagedJobBase:
         """Whether the cluster goes to the bulk teardown: a cancelled job's, on which no
         bucket is mounted (TeardownWorkflow unmounts them first: a cached mount writes
         back) and with no bucket of the job's to release."""
-        return (self.state.status == ManagedJobStatus.CANCELLING and run.placement is not None
-                and not run.storage and not self.state.buckets
-                and workflow.patched(HAND_OVER_PATCH))
+        return (self.state.status == ManagedJobStatus.CANCELLING and not run.storage
+                and not self.state.buckets and workflow.patched(HAND_OVER_PATCH))
 
     async def _hand_over(self, run: TaskRun) -> None:
         """Hand the cluster, and the job slot, to the bulk teardown (``orch.bulk_teardown``),
@@ -158,7 +157,7 @@ class ManagedJobBase:
         slot = (ReleaseRequest(kind="job", request_id=state.slot_request_id)
                 if state.slot_request_id is not None else None)
         cluster = HandedOver(owner=workflow.info().workflow_id, cluster_name=run.cluster_name,
-                             cloud_name=run.name_on_cloud or run.cluster_name,
+                             cloud_name=run.cloud_name,
                              cloud=placement.cloud, region=placement.region, slot=slot)
         try:
             await workflow.get_external_workflow_handle(BULK_TEARDOWN_ID).signal(
