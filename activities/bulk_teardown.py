@@ -12,39 +12,46 @@ and closing ports that are closed does nothing), and the clusters already emptie
 heartbeat details, so an attempt after a worker crash goes on with the rest.
 
 ``hand_over_cluster`` signal-with-starts the entity, for a job that found it not running
-(a workflow cannot signal-with-start).
+(a workflow cannot signal-with-start). ``cancel_jobs`` cancels many managed jobs for the
+entity and reads the clusters they left in their results.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.errors import typed_errors
-from activities.heartbeat import Heartbeats, earlier_details
+from activities.heartbeat import Heartbeats, beating, earlier_details
 from activities.provision import PORTS_TIMEOUT_S, gone_check, start_terminate, started_check
 from orch.bulk_teardown import (
     BULK_TEARDOWN_ID,
-    BULK_TEARDOWN_WORKFLOW,
+    CANCEL_JOBS_ACTIVITY,
     HAND_OVER_ACTIVITY,
     HAND_OVER_SIGNAL,
     TEARDOWN_CLUSTERS_ACTIVITY,
-    BulkTeardownInput,
+    CancelJobs,
     ClusterOutcome,
     ClustersRequest,
     HandedOver,
 )
+from orch.client.bulk_teardown import signal_bulk_teardown
 from orch.clouds import get_provider
 from orch.clouds.base import Provider
 from orch.contracts.provision import WaitGoneRequest
+from orch.managed_jobs import CANCEL_SIGNAL, CancelRequest, ManagedJobState
 from orch.waiting import WaitProgress, after_operations, wait_until
 
 # Clusters emptied at once by one activity: each mostly waits on its cloud's answers.
 CLUSTERS_AT_ONCE = 32
 GONE_TIMEOUT_S = WaitGoneRequest.model_fields["timeout_s"].default
+# cancel_jobs: signals, then result reads, in flight at once.
+JOBS_AT_ONCE = 32
 
 
 def empty_cluster(provider: Provider, region: str, cluster: str) -> list[str]:
@@ -92,7 +99,7 @@ def teardown_clusters(request: ClustersRequest) -> list[ClusterOutcome]:
 
 
 class BulkTeardownActivities:
-    """The activity that needs a Temporal client: built once per worker."""
+    """The activities that need a Temporal client: built once per worker."""
 
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -101,9 +108,43 @@ class BulkTeardownActivities:
     async def hand_over_cluster(self, cluster: HandedOver) -> None:
         """Signal-with-start: hand the cluster over, starting the entity if none runs.
         A retry may hand it over twice; the entity keeps one of each."""
-        await self._client.start_workflow(
-            BULK_TEARDOWN_WORKFLOW, BulkTeardownInput(), id=BULK_TEARDOWN_ID,
-            task_queue=activity.info().task_queue,
-            start_signal=HAND_OVER_SIGNAL, start_signal_args=[cluster],
-            static_summary="bulk teardown: terminates the clusters of cancelled managed jobs",
-        )
+        await signal_bulk_teardown(self._client, activity.info().task_queue, HAND_OVER_SIGNAL,
+                                   cluster)
+
+    @activity.defn(name=CANCEL_JOBS_ACTIVITY)
+    async def cancel_jobs(self, request: CancelJobs) -> list[HandedOver]:
+        """Signal each job a cancel sent by the bulk teardown, then read from each job's
+        result the clusters it left (``ManagedJobState.left_clusters``). Every job is
+        signalled before any result is awaited, so the jobs end together.
+
+        Safe to retry: a job ignores a second cancel, a job that ended is not signalled
+        (its result still says what it left), and a cluster read twice is queued once by
+        the entity, or terminated again, which finds nothing (its slot's second release
+        is ignored)."""
+        limit = asyncio.Semaphore(JOBS_AT_ONCE)
+        cancel = CancelRequest(sent_by=BULK_TEARDOWN_ID)
+
+        async def signal(job_id: str) -> None:
+            async with limit:
+                try:
+                    await self._client.get_workflow_handle(job_id).signal(CANCEL_SIGNAL, cancel)
+                except RPCError as err:
+                    if err.status != RPCStatusCode.NOT_FOUND:  # not found: it has ended
+                        raise
+
+        async def left(job_id: str) -> list[HandedOver]:
+            async with limit:
+                handle = self._client.get_workflow_handle(job_id, result_type=ManagedJobState)
+                try:
+                    return (await handle.result()).left_clusters
+                except WorkflowFailureError:  # failed or terminated: it left nothing here
+                    return []
+                except RPCError as err:
+                    if err.status == RPCStatusCode.NOT_FOUND:  # past the retention
+                        return []
+                    raise
+
+        async with beating(f"cancelling {len(request.job_ids)} job(s)"):
+            await asyncio.gather(*(signal(job_id) for job_id in request.job_ids))
+            lefts = await asyncio.gather(*(left(job_id) for job_id in request.job_ids))
+        return [cluster for clusters in lefts for cluster in clusters]

@@ -13,10 +13,12 @@ the activity to heartbeat; its heartbeat function is thread-safe for threaded ac
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
@@ -66,6 +68,24 @@ class Heartbeats:
                  trace: TracebackType | None) -> None:
         self._stop.set()
         self._thread.join()
+
+
+@asynccontextmanager
+async def beating(details: Any = None) -> AsyncIterator[None]:
+    """For an async activity: heartbeat ``details`` from the event loop every
+    :func:`beat_interval` while the block runs."""
+    every = beat_interval(activity.info().heartbeat_timeout)
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat(details)
+            await asyncio.sleep(every)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
 
 
 def heartbeating(fn: Callable[P, R]) -> Callable[P, R]:

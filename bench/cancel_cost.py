@@ -47,6 +47,7 @@ from orch.records import TEARDOWN_WORKFLOW
 from orch.server import ControlPlane
 
 SAMPLE = 20  # jobs, and teardowns, whose histories are read
+STAGE_SAMPLE = 50  # jobs, spread over the cancel-all, whose stages are timed
 OPERATIONS_SHOWN = 6
 
 
@@ -71,6 +72,43 @@ async def _events_after_cancel(client: Client, job_id: int) -> Counter[str]:
         if cancelled:
             counted[_name(event)] += 1
     return counted
+
+
+# A cancelled job's way, from its history's events: (stage, the event that ends it). Each
+# stage starts where the one before ended; the first starts when the CLI was started.
+STAGES = (
+    ("its cancel signal arrived", "WORKFLOW_EXECUTION_SIGNALED"),
+    ("its workflow task started", "WORKFLOW_TASK_STARTED"),
+    ("the job closed", "WORKFLOW_EXECUTION_COMPLETED"),
+)
+
+
+async def _stages(client: Client, job_id: int, started: float) -> list[float] | None:
+    """Seconds each of STAGES took for one cancelled job (None: its history has not them
+    all)."""
+    history = await client.temporal.get_workflow_handle(
+        managed_job_workflow_id(job_id)).fetch_history()
+    ends: list[float] = []
+    for event in history.events:
+        if len(ends) == len(STAGES):
+            break
+        signal = event.workflow_execution_signaled_event_attributes
+        if not ends and signal.signal_name != CANCEL_SIGNAL:
+            continue
+        if _name(event) == STAGES[len(ends)][1]:
+            ends.append(event.event_time.ToMicroseconds() / 1e6)
+    if len(ends) < len(STAGES):
+        return None
+    return [round(end - start, 2) for start, end in zip([started, *ends[:-1]], ends, strict=True)]
+
+
+def _percentiles(rows: list[list[float]]) -> dict[str, list[float]]:
+    """p50 and max of each stage over the sampled jobs."""
+    out = {}
+    for i, (stage, _) in enumerate(STAGES):
+        values = sorted(row[i] for row in rows)
+        out[stage] = [values[len(values) // 2], values[-1]] if values else []
+    return out
 
 
 async def _teardown_events(client: Client, since: float) -> tuple[int, Counter[str]]:
@@ -130,6 +168,9 @@ async def measure(n: int, home: Path, cloud: SimCloud, metrics_port: int) -> dic
         job_events: Counter[str] = Counter()
         for job_id in job_ids[:SAMPLE]:
             job_events += await _events_after_cancel(client, job_id)
+        spread = job_ids[::max(1, n // STAGE_SAMPLE)]
+        rows = [row for job_id in spread if (row := await _stages(client, job_id, since))]
+        figures["stages_p50_max_s"] = _percentiles(rows)
         figures["job_events_per_cancel"] = _per(
             job_events, min(SAMPLE, n), "WORKFLOW_TASK_COMPLETED",
             "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", "START_CHILD_WORKFLOW_EXECUTION_INITIATED",
@@ -160,6 +201,8 @@ def report(figures: dict[str, Any]) -> None:
           f"workflow-state writes per job", flush=True)
     print(f"    database requests per job: {figures['db_requests_per_job']}")
     print(f"    a job's events after its cancel: {figures['job_events_per_cancel']}")
+    print("    a job's way, seconds (p50, max), each stage from the end of the one before: "
+          f"{figures['stages_p50_max_s']}")
     print(f"    TeardownWorkflows: {figures['teardowns']} (a sample's events each: "
           f"{figures['teardown_events_per_cancel']})")
     print(f"    the bulk teardown's events per job: {figures['bulk_teardown_events_per_job']}",

@@ -8,6 +8,14 @@ launch semaphore in one signal. Cancelling 2,000 jobs at once then costs the con
 plane a few workflow-state writes per job instead of a TeardownWorkflow each (some 34
 writes per job, the limit on how fast a cancel-all could go: README, Performance).
 
+A cancel-all goes through the entity too (``CancelJobs``): its ``cancel_jobs`` activity
+signals each job a cancel that says the entity sent it (``managed_jobs.CancelRequest``),
+and the job then leaves its cluster in its result (``ManagedJobState.left_clusters``)
+instead of signalling it over and waiting for the entity's acknowledgement: the job ends
+in the workflow task of its cancel, and the activity reads the clusters from the
+results. That halves the writes of each job, and no longer sends 2,000 signals to one
+workflow (each serialized on its lock, and each acknowledged to its sender).
+
 Shared by the workflow (``workflows/bulk_teardown.py``), its activities
 (``activities/bulk_teardown.py``) and the job workflow that hands clusters over.
 """
@@ -25,6 +33,10 @@ BULK_TEARDOWN_ID = "orch-bulk-teardown"
 HAND_OVER_SIGNAL = "orch_cluster_handed_over"
 TEARDOWN_CLUSTERS_ACTIVITY = "teardown_clusters"
 HAND_OVER_ACTIVITY = "hand_over_cluster"
+CANCEL_JOBS_SIGNAL = "orch_cancel_jobs"
+CANCEL_JOBS_ACTIVITY = "cancel_jobs"
+BULK_TEARDOWN_SUMMARY = ("bulk teardown: cancels managed jobs in bulk and terminates the "
+                         "clusters of cancelled ones")
 
 
 class HandedOver(BaseModel):
@@ -36,6 +48,12 @@ class HandedOver(BaseModel):
     cloud: str
     region: str
     slot: ReleaseRequest | None = None  # given back once the cluster is gone
+
+
+class CancelJobs(BaseModel):
+    """Cancel these managed jobs (their workflow ids); what ``orch jobs cancel -a`` sends."""
+
+    job_ids: list[str]
 
 
 class Pending(BaseModel):
@@ -52,6 +70,7 @@ class BulkTeardownState(BaseModel):
     """What the entity carries through continue-as-new (nothing is in flight then)."""
 
     pending: list[Pending] = Field(default_factory=list)
+    to_cancel: list[str] = Field(default_factory=list)  # job workflow ids not cancelled yet
     terminated: int = 0  # clusters terminated since the entity started
     given_up: list[str] = Field(default_factory=list)  # the latest clusters given up on
 

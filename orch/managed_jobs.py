@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from orch.bulk_teardown import BULK_TEARDOWN_ID, HandedOver
 from orch.clouds.base import ClusterInfo
 from orch.contracts.storage import BucketMount
 from orch.failover_rules import BlockEntry, Blocklist
@@ -216,6 +217,19 @@ class TaskRun(BaseModel):
         return self.name_on_cloud or self.cluster_name
 
 
+class CancelRequest(BaseModel):
+    """The cancel signal's argument (none from ``orch jobs cancel ID`` or earlier
+    clients). ``sent_by`` the bulk teardown's id: the entity cancels the job itself and
+    reads the job's result, so the job leaves its cluster there (``left_clusters``)
+    instead of handing it over by a signal it would wait to see acknowledged."""
+
+    sent_by: str = ""
+
+    @property
+    def by_bulk_teardown(self) -> bool:
+        return self.sent_by == BULK_TEARDOWN_ID
+
+
 class ManagedJobState(BaseModel):
     """Everything ManagedJobWorkflow knows; one model, carried across continue-as-new."""
 
@@ -236,6 +250,9 @@ class ManagedJobState(BaseModel):
     # The buckets the job uses (beside its clusters) until it ends: kept across recoveries,
     # where they also pin each bucket's store.
     buckets: list[BucketRef] = Field(default_factory=list)
+    # Clusters left to the bulk teardown that cancelled the job (``CancelRequest``): it
+    # reads them from this, the job's result, and terminates them.
+    left_clusters: list[HandedOver] = Field(default_factory=list)
 
     @property
     def current(self) -> TaskRun:

@@ -76,10 +76,10 @@ def semaphore_settings() -> SemaphoreSettings:
 
 def client_activities(client: Client, settings: SemaphoreSettings) -> list[Callable[..., Any]]:
     """Activities that talk to Temporal themselves (the semaphore's, the bulk teardown's
-    hand-over)."""
-    semaphore = SemaphoreActivities(client, settings)
+    hand-over and bulk cancel)."""
+    semaphore, bulk = SemaphoreActivities(client, settings), BulkTeardownActivities(client)
     return [semaphore.request_permit, semaphore.find_closed_permit_holders,
-            BulkTeardownActivities(client).hand_over_cluster]
+            bulk.hand_over_cluster, bulk.cancel_jobs]
 
 
 def storage_activities(client: Client, publish_search_attributes: bool = True

@@ -2,10 +2,15 @@
 cancelled managed jobs hand over (``orch.bulk_teardown``).
 
 An entity workflow. Each hand-over is a signal (``HandedOver``); clusters queue in its
-state. While clusters wait, it runs up to ``BATCHES_AT_ONCE`` ``teardown_clusters``
-activities, each for up to ``BATCH`` clusters of one cloud region: the first hand-over of a
-cancel-all is torn down at once, and the next ones, arriving while it runs, make the next,
-larger batches. Once a batch is over, its clusters' job slots go back to the launch
+state. A cancel-all is a signal too (``CancelJobs``): the jobs queue in its state, and
+``cancel_jobs`` activities, up to ``CANCELS_AT_ONCE`` for ``CANCEL_BATCH`` jobs each,
+cancel them and return the clusters they left in their results, which queue as
+hand-overs do (``orch.bulk_teardown`` says why).
+
+While clusters wait, it runs up to ``BATCHES_AT_ONCE`` ``teardown_clusters``
+activities, each for up to ``BATCH`` clusters of one cloud region: the first clusters of
+a cancel-all are torn down at once, and the next ones, arriving while they are, make the
+next, larger batches. Once a batch is over, its clusters' job slots go back to the launch
 semaphore in one signal: a slot is held until its cluster is gone.
 
 A cluster whose teardown failed is tried again after each of the job teardown's waits
@@ -16,27 +21,31 @@ slot given back, as the job's own teardown does.
 Continue-as-new when the server suggests it or after ``max_events_per_run`` events (each
 hand-over is one): no new batch is started, and once none is in flight the queue is
 carried to the next run. Idle for ``IDLE_END``, the workflow completes; the next
-hand-over starts it again (``hand_over_cluster``'s signal-with-start). Its result is
-its state (what it terminated, what it gave up on). Temporal's
-cancellation (the Web UI) is refused: cancelling would abandon the clusters it holds.
+hand-over or cancel-all starts it again (signal-with-start). Its result is its state
+(what it terminated, what it gave up on). Temporal's cancellation (the Web UI) is
+refused: cancelling would abandon the clusters it holds.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from orch.bulk_teardown import (
         BULK_TEARDOWN_WORKFLOW,
+        CANCEL_JOBS_ACTIVITY,
+        CANCEL_JOBS_SIGNAL,
         HAND_OVER_SIGNAL,
         TEARDOWN_CLUSTERS_ACTIVITY,
         BulkTeardownInput,
         BulkTeardownState,
+        CancelJobs,
         ClusterOutcome,
         ClustersRequest,
         HandedOver,
@@ -50,6 +59,11 @@ BATCH = 500  # clusters per activity: its input and result stay well under 100 K
 BATCHES_AT_ONCE = 4
 IDLE_END = timedelta(minutes=10)
 GIVEN_UP_KEPT = 100
+CANCEL_BATCH = 250  # jobs per cancel_jobs activity
+CANCELS_AT_ONCE = 2
+# cancel_jobs is retried until it succeeds, whatever its error (the server's, or a bug
+# fixed by a new worker): a batch dropped would leave the clusters its jobs left behind.
+CANCEL_CALL = {**LONG_CALL, "retry_policy": RetryPolicy(maximum_interval=timedelta(minutes=1))}
 
 Key = tuple[str, str, str]
 
@@ -65,8 +79,10 @@ class BulkTeardownWorkflow:
         self.state = input.state
         self.max_events = input.max_events_per_run
         self.known: set[Key] = {_key(p.cluster) for p in self.state.pending}
-        # Batches under way; referenced here because the event loop holds tasks weakly.
+        # Teardown and cancel batches under way; referenced here because the event loop
+        # holds tasks weakly.
         self.batches: set[asyncio.Task[None]] = set()
+        self.cancelling: set[asyncio.Task[None]] = set()
         self.changed = False
         # An error a batch raised (a bug: its activity's failures are handled). Raised in
         # the run, it fails the workflow task, which Temporal retries until a fixed worker
@@ -75,6 +91,14 @@ class BulkTeardownWorkflow:
 
     @workflow.signal(name=HAND_OVER_SIGNAL)
     def hand_over(self, cluster: HandedOver) -> None:
+        self._take(cluster)
+
+    @workflow.signal(name=CANCEL_JOBS_SIGNAL)
+    def cancel_jobs(self, request: CancelJobs) -> None:
+        self.state.to_cancel.extend(request.job_ids)
+        self.changed = True
+
+    def _take(self, cluster: HandedOver) -> None:
         if _key(cluster) in self.known:
             return  # handed over twice (a retried hand-over activity)
         self.known.add(_key(cluster))
@@ -92,15 +116,15 @@ class BulkTeardownWorkflow:
                                    ) from self.batch_error
             if not self._continue_as_new_due():
                 self._start_batches()
-            elif not self.batches:
+            elif not self._busy():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(BulkTeardownInput(state=self.state,
                                                            max_events_per_run=self.max_events))
             self._show()
-            if not self.batches and not self.state.pending:
-                await self._wait(lambda: bool(self.state.pending), IDLE_END)
-                if not self.state.pending:  # (a hand-over after this: the server refuses
-                    return self.state       # the completion, and the task runs again)
+            if not self._busy() and not self._queued():
+                await self._wait(self._queued, IDLE_END)
+                if not self._queued():  # (a hand-over after this: the server refuses
+                    return self.state   # the completion, and the task runs again)
                 continue
             await self._wait(lambda: self.changed, self._until_next_retry())
 
@@ -113,6 +137,12 @@ class BulkTeardownWorkflow:
         except asyncio.CancelledError:
             workflow.logger.warning("cancel refused: the bulk teardown finishes the clusters "
                                     "it holds (terminate it to stop; they may then remain)")
+
+    def _busy(self) -> bool:
+        return bool(self.batches or self.cancelling)
+
+    def _queued(self) -> bool:
+        return bool(self.state.pending or self.state.to_cancel)
 
     def _continue_as_new_due(self) -> bool:
         info = workflow.info()
@@ -131,22 +161,37 @@ class BulkTeardownWorkflow:
         return [p for p in self.state.pending if p.retry_at is None or p.retry_at <= now]
 
     def _start_batches(self) -> None:
-        """Batches of ready clusters, one cloud region each, while fewer than
-        BATCHES_AT_ONCE run."""
+        """Batches of jobs to cancel while fewer than CANCELS_AT_ONCE run; batches of ready
+        clusters, one cloud region each, while fewer than BATCHES_AT_ONCE run."""
+        state = self.state
+        while len(self.cancelling) < CANCELS_AT_ONCE and state.to_cancel:
+            jobs, state.to_cancel = state.to_cancel[:CANCEL_BATCH], state.to_cancel[CANCEL_BATCH:]
+            self._track(self.cancelling, self._run_cancel(jobs))
         while len(self.batches) < BATCHES_AT_ONCE and (ready := self._ready()):
             place = (ready[0].cluster.cloud, ready[0].cluster.region)
             batch = [p for p in ready if (p.cluster.cloud, p.cluster.region) == place][:BATCH]
             taken = {id(p) for p in batch}
-            self.state.pending = [p for p in self.state.pending if id(p) not in taken]
-            task = asyncio.create_task(self._run_batch(batch))
-            self.batches.add(task)
-            task.add_done_callback(self._batch_done)
+            state.pending = [p for p in state.pending if id(p) not in taken]
+            self._track(self.batches, self._run_batch(batch))
 
-    def _batch_done(self, task: asyncio.Task[None]) -> None:
-        self.batches.discard(task)
+    def _track(self, group: set[asyncio.Task[None]], work: Coroutine[None, None, None]) -> None:
+        task = asyncio.create_task(work)
+        group.add(task)
+        task.add_done_callback(lambda done: self._batch_done(group, done))
+
+    def _batch_done(self, group: set[asyncio.Task[None]], task: asyncio.Task[None]) -> None:
+        group.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self.batch_error = task.exception()
         self.changed = True
+
+    async def _run_cancel(self, job_ids: list[str]) -> None:
+        """Cancel the jobs; queue the clusters they left in their results."""
+        left = await workflow.execute_activity(
+            CANCEL_JOBS_ACTIVITY, CancelJobs(job_ids=job_ids), result_type=list[HandedOver],
+            **CANCEL_CALL, summary=f"cancel {len(job_ids)} managed job(s)")
+        for cluster in left:
+            self._take(cluster)
 
     async def _run_batch(self, batch: list[Pending]) -> None:
         cloud, region = batch[0].cluster.cloud, batch[0].cluster.region
@@ -205,6 +250,9 @@ class BulkTeardownWorkflow:
         lines = [f"**Tearing down:** {len(state.pending) - len(waiting)} cluster(s) queued, "
                  f"{len(self.batches)} batch(es) under way, {len(waiting)} waiting to be "
                  f"tried again; {state.terminated} terminated so far"]
+        if state.to_cancel or self.cancelling:
+            lines.append(f"**Cancelling:** {len(state.to_cancel)} job(s) queued, "
+                         f"{len(self.cancelling)} batch(es) under way")
         if state.given_up:
             lines.append(f"**Given up (instances may remain):** {', '.join(state.given_up)}")
         workflow.set_current_details("\n\n".join(lines))

@@ -29,8 +29,11 @@ the cluster down → CANCELLED, and completes normally with its final state. A c
 job's cluster, and its job slot, are handed to the bulk teardown (``orch.bulk_teardown``)
 rather than torn down by a TeardownWorkflow of the job's own, unless buckets are mounted
 on it: the job ends CANCELLED at once, and the bulk teardown terminates its cluster with
-those of other cancelled jobs, a few seconds later, then gives the slot back. So a
-cancel-all of 2,000 jobs costs the control plane a few writes per job, not some 34.
+those of other cancelled jobs, a few seconds later, then gives the slot back. When the
+bulk teardown itself sent the cancel (``orch jobs cancel -a``: the signal's
+``CancelRequest``), the job leaves the cluster in its result, where the entity reads it,
+and ends in the workflow task of its cancel. So a cancel-all of 2,000 jobs costs the
+control plane a few writes per job, not some 34.
 
 Every way out — success, failure, cancel, an orchestration step that failed for good
 (FAILED_CONTROLLER) — runs the same cleanup in a ``finally``, shielded from cancellation:
@@ -64,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         CANCEL_SIGNAL,
         RESTARTABLE,
         STATE_QUERY,
+        CancelRequest,
         EventKind,
         LaunchFailure,
         ManagedJobInput,
@@ -99,6 +103,7 @@ class ManagedJobWorkflow(JobLaunches):
                                                 workflow.now(), request.plane_hash)
         self.continuing = False
         self.cancel_requested = False
+        self.cancelled_by_bulk_teardown = False
         self.pipeline: asyncio.Future[None] | None = None
         self.published: tuple[object, ...] | None = None
 
@@ -108,7 +113,9 @@ class ManagedJobWorkflow(JobLaunches):
         return self.state
 
     @workflow.signal(name=CANCEL_SIGNAL)
-    def cancel(self) -> None:
+    def cancel(self, request: CancelRequest | None = None) -> None:
+        if request is not None and request.by_bulk_teardown:
+            self.cancelled_by_bulk_teardown = True  # it reads the clusters left in the result
         if self.cancel_requested:
             return
         self.cancel_requested = True

@@ -71,6 +71,7 @@ class ManagedJobBase:
     state: ManagedJobState
     continuing: bool
     cancel_requested: bool
+    cancelled_by_bulk_teardown: bool
     published: tuple[object, ...] | None
 
     async def _release_buckets(self) -> None:
@@ -150,8 +151,10 @@ class ManagedJobBase:
     async def _hand_over(self, run: TaskRun) -> None:
         """Hand the cluster, and the job slot, to the bulk teardown (``orch.bulk_teardown``),
         which terminates it with the clusters of other cancelled jobs and then gives the
-        slot back. Started by the hand-over activity when it is not running; if even that
-        fails, the job tears the cluster down itself."""
+        slot back. When the entity cancelled the job, the cluster is left in the job's
+        result, which the entity reads; else it is signalled over, the entity started by
+        the hand-over activity when it is not running, and if even that fails, the job
+        tears the cluster down itself."""
         placement, state = run.placement, self.state
         assert placement is not None
         slot = (ReleaseRequest(kind="job", request_id=state.slot_request_id)
@@ -159,6 +162,11 @@ class ManagedJobBase:
         cluster = HandedOver(owner=workflow.info().workflow_id, cluster_name=run.cluster_name,
                              cloud_name=run.cloud_name,
                              cloud=placement.cloud, region=placement.region, slot=slot)
+        if self.cancelled_by_bulk_teardown:  # it reads the job's result: no signal to wait on
+            state.left_clusters.append(cluster)
+            self._handed(run, "left in the job's result to the bulk teardown "
+                              f"({BULK_TEARDOWN_ID}) that cancelled it")
+            return
         try:
             await workflow.get_external_workflow_handle(BULK_TEARDOWN_ID).signal(
                 HAND_OVER_SIGNAL, cluster)
@@ -172,10 +180,13 @@ class ManagedJobBase:
                                                 f"{error_message(err)}", run)
                 await self._teardown(run)
                 return
-        state.slot_request_id = None
-        self._event(EventKind.TEARDOWN, f"{run.cluster_name} handed to the bulk teardown "
-                                        f"({BULK_TEARDOWN_ID}), which terminates it with the "
-                                        "clusters of other cancelled jobs", run)
+        self._handed(run, f"handed to the bulk teardown ({BULK_TEARDOWN_ID})")
+
+    def _handed(self, run: TaskRun, how: str) -> None:
+        """The cluster and the job slot are the bulk teardown's now."""
+        self.state.slot_request_id = None
+        self._event(EventKind.TEARDOWN, f"{run.cluster_name} {how}, which terminates it "
+                                        "with the clusters of other cancelled jobs", run)
         self._forget_cluster(run)
 
     def _forget_cluster(self, run: TaskRun) -> None:

@@ -2,7 +2,9 @@
 ``teardown_clusters`` and the real hand-over activity: batches per cloud region, failed
 clusters tried again on durable timers and then given up, continue-as-new with clusters
 queued, a refused cancel, the idle end, and a bug in a batch that holds the workflow task
-(retried) instead of losing the batch's clusters."""
+(retried) instead of losing the batch's clusters; jobs to cancel in batches, with a
+``cancel_jobs`` that answers the clusters as jobs would leave them (the real activity,
+with real jobs: ``tests/workflows/test_managed_job.py``)."""
 
 from __future__ import annotations
 
@@ -22,9 +24,11 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from activities.bulk_teardown import BulkTeardownActivities
 from orch.bulk_teardown import (
     BULK_TEARDOWN_ID,
+    CANCEL_JOBS_SIGNAL,
     HAND_OVER_SIGNAL,
     BulkTeardownInput,
     BulkTeardownState,
+    CancelJobs,
     ClustersRequest,
     HandedOver,
     Pending,
@@ -32,7 +36,7 @@ from orch.bulk_teardown import (
 from orch.clouds.base import InstanceStatus
 from tests.workflows.fake_cloud import FakeCloud, provision_error
 from tests.workflows.histories import save_with_children
-from workflows.bulk_teardown import BulkTeardownWorkflow
+from workflows.bulk_teardown import CANCEL_BATCH, CANCELS_AT_ONCE, BulkTeardownWorkflow
 from workflows.managed_job_base import TEARDOWN_RETRY_WAITS
 
 
@@ -41,6 +45,12 @@ class Bed:
         self.env, self.cloud = env, cloud
         self.queue = f"bulk-{uuid.uuid4().hex[:8]}"
         self.requests: list[ClustersRequest] = []
+        # cancel_jobs: what each job leaves (by workflow id), the batches asked, and how
+        # many of the first attempts fail.
+        self.jobs: dict[str, HandedOver] = {}
+        self.cancels: list[list[str]] = []
+        self.cancel_failures = 0
+        self.cancelling = self.most_cancelling = 0
 
     def make(self, region: str, count: int) -> list[HandedOver]:
         """``count`` clusters of two instances in ``region``, as handed over."""
@@ -74,8 +84,22 @@ class Bed:
             self.requests.append(request)
             return await base[0](request)
 
+        @activity.defn(name="cancel_jobs")
+        async def cancel_jobs(request: CancelJobs) -> list[HandedOver]:
+            self.cancelling += 1
+            self.most_cancelling = max(self.most_cancelling, self.cancelling)
+            try:
+                await asyncio.sleep(0.05)  # the batches under way overlap
+                self.cancels.append(request.job_ids)
+                if self.cancel_failures:
+                    self.cancel_failures -= 1
+                    raise RuntimeError("the server is unavailable")
+                return [self.jobs[j] for j in request.job_ids if j in self.jobs]
+            finally:
+                self.cancelling -= 1
+
         return Worker(self.env.client, task_queue=self.queue, workflows=[BulkTeardownWorkflow],
-                      activities=[teardown_clusters,
+                      activities=[teardown_clusters, cancel_jobs,
                                   BulkTeardownActivities(self.env.client).hand_over_cluster],
                       **options)
 
@@ -199,3 +223,28 @@ async def test_a_bug_in_a_batch_holds_the_workflow_task_until_fixed_and_loses_no
         final = await result(handle)
 
     assert bed.left(clusters) == [] and final.terminated == 2
+
+
+async def test_jobs_to_cancel_go_in_batches_retried_until_done_and_their_clusters_go(
+    bed: Bed,
+) -> None:
+    clusters = bed.make("us-east-1", 4) + bed.make("us-west-2", 2)
+    bed.jobs = {c.owner: c for c in clusters}
+    job_ids = [*bed.jobs, *(f"job/{i}" for i in range(2 * CANCEL_BATCH))]  # most left nothing
+    bed.cancel_failures = 1
+    handle = await bed.env.client.start_workflow(
+        BulkTeardownWorkflow.run, BulkTeardownInput(), id=BULK_TEARDOWN_ID,
+        task_queue=bed.queue, start_signal=CANCEL_JOBS_SIGNAL,
+        start_signal_args=[CancelJobs(job_ids=job_ids)])
+
+    async with bed.worker():
+        final = await result(handle)
+
+    batches = [job_ids[i:i + CANCEL_BATCH] for i in range(0, len(job_ids), CANCEL_BATCH)]
+    assert len(batches) == 3
+    # One batch asked twice: its first attempt failed, and the activity was retried.
+    assert len(bed.cancels) == 4
+    assert sorted(map(sorted, bed.cancels)) == sorted(map(sorted, [*bed.cancels[:1], *batches]))
+    assert bed.most_cancelling <= CANCELS_AT_ONCE  # of the 3 batches
+    assert bed.left(clusters) == []
+    assert (final.terminated, final.pending, final.to_cancel) == (6, [], [])

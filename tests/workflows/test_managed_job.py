@@ -51,8 +51,9 @@ from activities.managed_job import (
 from activities.plan import PlanRequest
 from activities.provision import InstancesRequest, ProvisionRequest
 from activities.runtime import SetupRequest, StartRayRequest, SubmitRequest
-from orch.bulk_teardown import BULK_TEARDOWN_ID
+from orch.bulk_teardown import BULK_TEARDOWN_ID, CANCEL_JOBS_SIGNAL, CancelJobs
 from orch.client import Client as OrchClient
+from orch.client.bulk_teardown import signal_bulk_teardown
 from orch.client.managed_jobs import ManagedJobs
 from orch.clouds.base import InstanceStatus, NodeInfo, ProvisionConfig, ProvisionRecord
 from orch.clouds.local import REGION, LocalProvider
@@ -802,6 +803,38 @@ async def test_cancel_while_running(harness: Harness) -> None:
     assert harness.cloud.calls("terminate_instances") == 0
     assert any("handed to the bulk teardown" in e.message for e in final.events)
     await save_with_children(harness.client, handle, "managed_job_cancel")
+
+
+async def test_jobs_the_bulk_teardown_cancels_leave_it_their_clusters_in_one_task(
+    harness: Harness,
+) -> None:
+    started = [await harness.start() for _ in range(3)]
+    for _, handle in started:
+        await harness.until(handle, "RUNNING", running)
+    ended_id, ended = started.pop()
+    harness.cloud.finish(f"job-{ended_id}-0")
+    assert (await harness.result(ended)).status == ManagedJobStatus.SUCCEEDED
+    # What orch jobs cancel -a sends; a job that ended and one that never was: no error.
+    ids = [managed_job_workflow_id(job_id) for job_id in (*(j for j, _ in started), ended_id)]
+    await signal_bulk_teardown(harness.client, harness.task_queue, CANCEL_JOBS_SIGNAL,
+                               CancelJobs(job_ids=[*ids, "job/404"]))
+
+    for job_id, handle in started:
+        final = await harness.result(handle)
+        assert final.status == ManagedJobStatus.CANCELLED
+        assert [c.cluster_name for c in final.left_clusters] == [f"job-{job_id}-0"]
+        history = (await handle.fetch_history()).events
+        events = [e.event_type for e in history]
+        cancelled = next(i for i, e in enumerate(history)
+                         if e.workflow_execution_signaled_event_attributes.signal_name == "cancel")
+        # The job ended in the workflow task of its cancel, with no signal to wait on.
+        assert events[cancelled:].count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) == 1
+        assert EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED not in events
+        await _left_nothing(harness, job_id)
+    # Only the job that ended tore its cluster down itself; the others went in bulk.
+    assert harness.cloud.calls("terminate_instances") == 1
+    assert harness.cloud.calls("teardown_clusters") >= 1
+    await save_with_children(harness.client, started[0][1], "managed_job_bulk_cancel")
 
 
 async def test_cancel_while_recovering_lets_the_teardown_finish_and_relaunches_nothing(
