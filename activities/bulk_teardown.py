@@ -50,8 +50,10 @@ from orch.waiting import WaitProgress, after_operations, wait_until
 # Clusters emptied at once by one activity: each mostly waits on its cloud's answers.
 CLUSTERS_AT_ONCE = 32
 GONE_TIMEOUT_S = WaitGoneRequest.model_fields["timeout_s"].default
-# cancel_jobs: signals, then result reads, in flight at once.
-JOBS_AT_ONCE = 32
+# cancel_jobs: its signals, and its reads of the jobs' results (each a long poll until the
+# job ends), in flight at once. The entity runs a few cancel_jobs at once.
+SIGNALS_AT_ONCE = 16
+READS_AT_ONCE = 100
 
 
 def empty_cluster(provider: Provider, region: str, cluster: str) -> list[str]:
@@ -113,27 +115,26 @@ class BulkTeardownActivities:
 
     @activity.defn(name=CANCEL_JOBS_ACTIVITY)
     async def cancel_jobs(self, request: CancelJobs) -> list[HandedOver]:
-        """Signal each job a cancel sent by the bulk teardown, then read from each job's
-        result the clusters it left (``ManagedJobState.left_clusters``). Every job is
-        signalled before any result is awaited, so the jobs end together.
+        """Signal each job a cancel sent by the bulk teardown, then read from the job's
+        result the clusters it left (``ManagedJobState.left_clusters``). The signals go
+        out at a steady ``SIGNALS_AT_ONCE``: a job's result is read once its own signal is
+        sent, so a job slow to end holds up no other job's signal.
 
         Safe to retry: a job ignores a second cancel, a job that ended is not signalled
         (its result still says what it left), and a cluster read twice is queued once by
         the entity, or terminated again, which finds nothing (its slot's second release
         is ignored)."""
-        limit = asyncio.Semaphore(JOBS_AT_ONCE)
+        signals, reads = asyncio.Semaphore(SIGNALS_AT_ONCE), asyncio.Semaphore(READS_AT_ONCE)
         cancel = CancelRequest(sent_by=BULK_TEARDOWN_ID)
 
-        async def signal(job_id: str) -> None:
-            async with limit:
+        async def cancelled(job_id: str) -> list[HandedOver]:
+            async with signals:
                 try:
                     await self._client.get_workflow_handle(job_id).signal(CANCEL_SIGNAL, cancel)
                 except RPCError as err:
                     if err.status != RPCStatusCode.NOT_FOUND:  # not found: it has ended
                         raise
-
-        async def left(job_id: str) -> list[HandedOver]:
-            async with limit:
+            async with reads:
                 handle = self._client.get_workflow_handle(job_id, result_type=ManagedJobState)
                 try:
                     return (await handle.result()).left_clusters
@@ -145,6 +146,5 @@ class BulkTeardownActivities:
                     raise
 
         async with beating(f"cancelling {len(request.job_ids)} job(s)"):
-            await asyncio.gather(*(signal(job_id) for job_id in request.job_ids))
-            lefts = await asyncio.gather(*(left(job_id) for job_id in request.job_ids))
+            lefts = await asyncio.gather(*(cancelled(job_id) for job_id in request.job_ids))
         return [cluster for clusters in lefts for cluster in clusters]

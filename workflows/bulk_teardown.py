@@ -59,8 +59,11 @@ BATCH = 500  # clusters per activity: its input and result stay well under 100 K
 BATCHES_AT_ONCE = 4
 IDLE_END = timedelta(minutes=10)
 GIVEN_UP_KEPT = 100
-CANCEL_BATCH = 250  # jobs per cancel_jobs activity
-CANCELS_AT_ONCE = 2
+# Jobs per cancel_jobs activity, and such activities at once: small batches, so that the
+# clusters of the first jobs cancelled go to the teardown while the next are cancelled,
+# and enough of them that a batch waiting for its slowest job idles few of the signals.
+CANCEL_BATCH = 100
+CANCELS_AT_ONCE = 4
 # cancel_jobs is retried until it succeeds, whatever its error (the server's, or a bug
 # fixed by a new worker): a batch dropped would leave the clusters its jobs left behind.
 CANCEL_CALL = {**LONG_CALL, "retry_policy": RetryPolicy(maximum_interval=timedelta(minutes=1))}
