@@ -60,18 +60,19 @@ async def _history(client: Client, run: WorkflowExecution) -> list[HistoryEvent]
     return list((await handle.fetch_history()).events)
 
 
-async def _events_after_cancel(client: Client, job_id: int) -> Counter[str]:
-    """Event types of a job's history from its cancel signal on."""
+async def _after_cancel(client: Client, job_id: int) -> list[HistoryEvent]:
+    """A job's history from its cancel signal on (empty without one)."""
     history = await client.temporal.get_workflow_handle(
         managed_job_workflow_id(job_id)).fetch_history()
-    counted: Counter[str] = Counter()
-    cancelled = False
-    for event in history.events:
-        signal = event.workflow_execution_signaled_event_attributes
-        cancelled = cancelled or signal.signal_name == CANCEL_SIGNAL
-        if cancelled:
-            counted[_name(event)] += 1
-    return counted
+    events = list(history.events)
+    signals = (i for i, e in enumerate(events)
+               if e.workflow_execution_signaled_event_attributes.signal_name == CANCEL_SIGNAL)
+    return events[next(signals, len(events)):]
+
+
+async def _events_after_cancel(client: Client, job_id: int) -> Counter[str]:
+    """Event types of a job's history from its cancel signal on."""
+    return Counter(map(_name, await _after_cancel(client, job_id)))
 
 
 # A cancelled job's way, from its history's events: (stage, the event that ends it). Each
@@ -86,15 +87,10 @@ STAGES = (
 async def _stages(client: Client, job_id: int, started: float) -> list[float] | None:
     """Seconds each of STAGES took for one cancelled job (None: its history has not them
     all)."""
-    history = await client.temporal.get_workflow_handle(
-        managed_job_workflow_id(job_id)).fetch_history()
     ends: list[float] = []
-    for event in history.events:
+    for event in await _after_cancel(client, job_id):
         if len(ends) == len(STAGES):
             break
-        signal = event.workflow_execution_signaled_event_attributes
-        if not ends and signal.signal_name != CANCEL_SIGNAL:
-            continue
         if _name(event) == STAGES[len(ends)][1]:
             ends.append(event.event_time.ToMicroseconds() / 1e6)
     if len(ends) < len(STAGES):
