@@ -49,3 +49,10 @@ def test_failover_hops_runs_on_the_simulated_cloud() -> None:
     figures = last_json(["bench.failover_hops", "--rounds", "1"], timeout=900)
     assert figures["candidates"] == 10 and figures["failing"] == 9
     assert isinstance(figures["per_hop_overhead_s"], float)
+
+
+def test_workflow_pollers_runs_both_ways() -> None:
+    figures = last_json(["bench.workflow_pollers", "--workflows", "20"], timeout=300)
+    assert figures["workflows"] == figures["baseline"]["workflows"] == 20
+    assert "Autoscaling" in figures["pollers"] and "SimpleMaximum" in figures["baseline"]["pollers"]
+    assert set(figures["speedup"]) == {"new_closed_s", "closed_s"}
