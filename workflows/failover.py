@@ -3,12 +3,12 @@
 Each round holds a launch permit of the LaunchSemaphoreWorkflow while it provisions,
 and gives it back before any backoff sleep (so a launch waiting for capacity never
 blocks others). For each candidate (and each of its zones): quota check → bulk
-provision (all or nothing) → wait until running. A failure is turned into a block rule by the pure
-``orch.failover_rules`` and the partial nodes are removed (or stopped, for a cluster
-that was ever up) and confirmed gone before the next try; then the optimizer is asked
-again with the grown blocklist. ``retry_until_up`` sleeps on a durable timer between
-rounds. The result, or the failure, carries the hops for the user (the latest
-``HISTORY_KEPT``, and how many came before).
+provision (all or nothing) → wait until running (``workflows/failover_calls.py``). A
+failure is turned into a block rule by the pure ``orch.failover_rules`` and the partial
+nodes are removed (or stopped, for a cluster that was ever up) and confirmed gone before
+the next try; then the optimizer is asked again with the grown blocklist.
+``retry_until_up`` sleeps on a durable timer between rounds. The result, or the failure,
+carries the hops for the user (the latest ``HISTORY_KEPT``, and how many came before).
 
 Failover always ends: a failure that blocks nothing (a transient fault or throttling that
 outlived its activity retries) counts toward its place's retry limit, after which the place
@@ -45,23 +45,12 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from orch.clouds.base import ClusterInfo, InstanceStatus, ProvisionConfig, ProvisionRecord
+    from orch.clouds.base import ClusterInfo
     from orch.clouds.errors import BlockScope
     from orch.contracts.plan import PLAN_CANDIDATES, PlanRequest
     from orch.contracts.provision import (
-        CHECK_QUOTA,
-        CLEANUP_PORTS,
-        GET_CLUSTER_INFO,
-        RUN_INSTANCES,
-        STOP_INSTANCES,
-        TERMINATE_INSTANCES,
-        WAIT_INSTANCES_GONE,
-        WAIT_RUNNING,
         InstancesRequest,
         ProvisionRequest,
-        TeardownStarted,
-        WaitGoneRequest,
-        WaitRunningRequest,
     )
     from orch.failover_rules import (
         AttemptLog,
@@ -78,13 +67,16 @@ with workflow.unsafe.imports_passed_through():
         LaunchProgress,
         Placement,
     )
-    from orch.spec import Resources, Task
-    from orch.spec_resource_fields import image_for
-    from orch.summaries import attempt_line, attempt_phrase, instances_call, provision_call
+    from orch.spec import Task
+    from orch.summaries import attempt_line, attempt_phrase
+    from workflows.failover_calls import (
+        clean_region,
+        provision_config,
+        provision_nodes,
+        remove_partial,
+    )
     from workflows.options import (
         CLOUD_CALL,
-        LONG_CALL,
-        PROVIDER_CALL,
         error_details,
         error_message,
         error_type,
@@ -104,13 +96,6 @@ CLEAN_REGIONS_PATCH = "failover-clean-regions"  # a round ends by cleaning its r
 PERMIT_NOTE_PATCH = "failover-permit-note"  # "got a launch permit" rides the next report
 # A heartbeat timeout (a lost worker) blocks nothing, not the zone.
 HEARTBEAT_SCOPE_PATCH = "failover-heartbeat-timeout-blocks-nothing"
-
-
-def _resources_of(task: Task, candidate: Candidate) -> Resources:
-    """The resources ``candidate`` was planned for: its ``any_of``/``ordered`` choice (with
-    that choice's image, disk, labels and ports), or the task's own."""
-    choices = task.resources.alternatives()
-    return choices[candidate.alternative] if candidate.alternative < len(choices) else choices[0]
 
 
 class FailoverInput(BaseModel):
@@ -136,12 +121,6 @@ class FailoverOutput(BaseModel):
     info: ClusterInfo
     history: list[FailoverAttempt] = Field(default_factory=list)  # the latest attempts
     older_attempts: int = 0  # attempts before those of ``history``
-
-
-def _stop_if_cancelled() -> None:
-    """Raise the workflow's cancellation, which a call that completed after it absorbed."""
-    if workflow.cancellation_reason() is not None:
-        raise asyncio.CancelledError()
 
 
 @workflow.defn(name=FAILOVER_WORKFLOW)
@@ -261,98 +240,67 @@ class FailoverWorkflow:
     ) -> FailoverOutput | None:
         """Try each unblocked zone of ``candidate``; None when every zone failed."""
         zones: list[str | None] = list(candidate.zones) or [None]
-        resources = _resources_of(request.task, candidate)
         for zone in zones:
             if self.blocklist.blocks(candidate.cloud, candidate.region, zone,
                                      candidate.instance_type, candidate.use_spot):
                 continue
-            placement = Placement(
-                cloud=candidate.cloud, region=candidate.region, zone=zone,
-                instance_type=candidate.instance_type, use_spot=candidate.use_spot,
-            )
-            cloud_name = request.name_on_cloud or request.cluster_name
-            instances = InstancesRequest(
-                cloud=candidate.cloud, region=candidate.region, cluster_name=cloud_name
-            )
-            config = ProvisionConfig(
-                cluster_name=cloud_name,
-                num_nodes=request.task.num_nodes,
-                region=candidate.region,
-                zone=zone,
-                instance_type=candidate.instance_type,
-                accelerators=candidate.accelerators,
-                use_spot=candidate.use_spot,
-                disk_size=resources.disk_size,
-                disk_tier=resources.disk_tier,
-                network_tier=resources.network_tier,
-                labels=resources.labels,
-                image_id=image_for(resources.image_id, candidate.region),
-                ports=resources.ports,
-                idempotency_token=f"{workflow.info().workflow_id}/{self.log.total}",
-                ssh_public_key=request.ssh_public_key,
-                cpus=candidate.cpus,
-                memory_gb=candidate.memory_gb,
-            )
-            provision = ProvisionRequest(cloud=candidate.cloud, config=config)
-            where = " ".join(filter(None, [candidate.cloud, candidate.region, zone,
-                                           candidate.instance_type,
-                                           "spot" if candidate.use_spot else None]))
-            here = CloudRegion(cloud=candidate.cloud, region=candidate.region)
-            if here not in self.touched:
-                self.touched.append(here)
-            await self._report(request, f"provisioning on {where}"
-                               + (f" (${candidate.price_per_hour:.2f}/h)"
-                                  if candidate.price_per_hour else ""), touched=here)
-            # A cancel waits for the call in flight to end before the cleanup: instances a
-            # RunInstances still under way creates after the terminate would leak. A call
-            # that then returns normally does not raise the cancel: _stop_if_cancelled does.
-            wait_for_it = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-            cloud, region = candidate.cloud, candidate.region
-            try:
-                await workflow.execute_activity(
-                    CHECK_QUOTA, provision, **PROVIDER_CALL, cancellation_type=wait_for_it,
-                    summary=provision_call("quota", config, cloud))
-                _stop_if_cancelled()
-                if here not in self.created:
-                    self.created.append(here)
-                started = await workflow.execute_activity(
-                    RUN_INSTANCES, provision, result_type=ProvisionRecord, **PROVIDER_CALL,
-                    cancellation_type=wait_for_it,
-                    summary=provision_call("create", config, cloud))
-                _stop_if_cancelled()
-                await workflow.execute_activity(
-                    WAIT_RUNNING, WaitRunningRequest(**instances.model_dump(),
-                                                     operations=started.operations),
-                    **LONG_CALL, cancellation_type=wait_for_it,
-                    summary=instances_call("describe", cloud, region, request.cluster_name)
-                    + " until running")
-                _stop_if_cancelled()
-                info = await workflow.execute_activity(
-                    GET_CLUSTER_INFO, instances, result_type=ClusterInfo, **PROVIDER_CALL,
-                    cancellation_type=wait_for_it,
-                    summary=instances_call("describe", cloud, region, request.cluster_name)
-                    + ": addresses")
-                _stop_if_cancelled()
-                return FailoverOutput(placement=placement, info=info,
-                                      history=self.log.recent, older_attempts=self.log.older)
-            except (ActivityError, asyncio.CancelledError) as err:
-                if not isinstance(err, ActivityError) or is_cancelled_exception(err):
-                    await self._remove_partial(instances, request.was_up)
-                    raise
-                scope = await self._failed(request, candidate, zone, err)
-                try:
-                    await self._remove_partial(instances, request.was_up)
-                except ActivityError:
-                    if scope != BlockScope.CLOUD:
-                        raise  # a partial cluster we cannot remove: stop here, say so
-                    # The cloud rejects us altogether (credentials): nothing was created
-                    # by calls it refused, and nothing can be cleaned with it.
-                    self.created = [r for r in self.created if r != here]
-                    await self._report(request, f"{where}: no cleanup possible "
-                                                f"({self.log.recent[-1].error_type})")
-                if scope in (BlockScope.REGION, BlockScope.CLOUD) or self.backoff_s:
-                    return None
+            outcome = await self._try_zone(request, candidate, zone)
+            if isinstance(outcome, FailoverOutput):
+                return outcome
+            if outcome in (BlockScope.REGION, BlockScope.CLOUD) or self.backoff_s:
+                return None
         return None
+
+    async def _try_zone(self, request: FailoverInput, candidate: Candidate, zone: str | None
+                        ) -> FailoverOutput | BlockScope:
+        """One attempt: the cluster provisioned there, or the scope its failure blocks
+        (its partial nodes removed)."""
+        cloud_name = request.name_on_cloud or request.cluster_name
+        instances = InstancesRequest(
+            cloud=candidate.cloud, region=candidate.region, cluster_name=cloud_name
+        )
+        config = provision_config(request.task, candidate, zone, cloud_name,
+                                  f"{workflow.info().workflow_id}/{self.log.total}",
+                                  request.ssh_public_key)
+        where = " ".join(filter(None, [candidate.cloud, candidate.region, zone,
+                                       candidate.instance_type,
+                                       "spot" if candidate.use_spot else None]))
+        here = CloudRegion(cloud=candidate.cloud, region=candidate.region)
+        if here not in self.touched:
+            self.touched.append(here)
+        await self._report(request, f"provisioning on {where}"
+                           + (f" (${candidate.price_per_hour:.2f}/h)"
+                              if candidate.price_per_hour else ""), touched=here)
+        try:
+            info = await provision_nodes(
+                ProvisionRequest(cloud=candidate.cloud, config=config), instances,
+                request.cluster_name, on_create=lambda: self._creating_in(here))
+        except (ActivityError, asyncio.CancelledError) as err:
+            if not isinstance(err, ActivityError) or is_cancelled_exception(err):
+                await remove_partial(instances, request.was_up)
+                raise
+            scope = await self._failed(request, candidate, zone, err)
+            try:
+                await remove_partial(instances, request.was_up)
+            except ActivityError:
+                if scope != BlockScope.CLOUD:
+                    raise  # a partial cluster we cannot remove: stop here, say so
+                # The cloud rejects us altogether (credentials): nothing was created
+                # by calls it refused, and nothing can be cleaned with it.
+                self.created = [r for r in self.created if r != here]
+                await self._report(request, f"{where}: no cleanup possible "
+                                            f"({self.log.recent[-1].error_type})")
+            return scope
+        placement = Placement(
+            cloud=candidate.cloud, region=candidate.region, zone=zone,
+            instance_type=candidate.instance_type, use_spot=candidate.use_spot,
+        )
+        return FailoverOutput(placement=placement, info=info,
+                              history=self.log.recent, older_attempts=self.log.older)
+
+    def _creating_in(self, here: CloudRegion) -> None:
+        if here not in self.created:
+            self.created.append(here)
 
     async def _failed(self, request: FailoverInput, candidate: Candidate, zone: str | None,
                       err: ActivityError) -> BlockScope:
@@ -419,27 +367,8 @@ class FailoverWorkflow:
         gone: only its security group or firewall rule may be left)."""
         instances = InstancesRequest(cloud=place.cloud, region=place.region,
                                      cluster_name=request.name_on_cloud or request.cluster_name)
-        try:
-            await workflow.execute_activity(
-                CLEANUP_PORTS, instances, **PROVIDER_CALL,
-                summary=f"remove the security groups and firewall rules of "
-                        f"{request.cluster_name} in {place.cloud} {place.region}")
-        except ActivityError as err:
+        error = await clean_region(instances, request.cluster_name)
+        if error is not None:
             self._show(f"cleanup of {place.cloud} {place.region} left for the teardown: "
-                       f"{error_message(err)}")
-            return False
-        return True
-
-    async def _remove_partial(self, instances: InstancesRequest, was_up: bool) -> None:
-        """Partial nodes must be gone (or stopped) before the next candidate is tried."""
-        step = "stop" if was_up else "terminate"
-        call = instances_call(step, instances.cloud, instances.region, instances.cluster_name)
-        started = await workflow.execute_activity(
-            STOP_INSTANCES if was_up else TERMINATE_INSTANCES, instances,
-            result_type=TeardownStarted, **PROVIDER_CALL, summary=f"{call}: partial nodes")
-        target = InstanceStatus.STOPPED if was_up else None
-        await workflow.execute_activity(
-            WAIT_INSTANCES_GONE, WaitGoneRequest(instances=instances, target=target,
-                                                 operations=started.operations),
-            **LONG_CALL, summary=f"{call}: wait until {'stopped' if was_up else 'gone'}",
-        )
+                       f"{error}")
+        return error is None

@@ -17,7 +17,7 @@ from orch.clouds.tiers import (
 from orch.lifecycle import Autostop
 from orch.optimizer import plan
 from orch.spec import SpecError, parse_task
-from workflows.failover import _resources_of
+from workflows.failover_calls import resources_of
 
 
 def resources(**fields: object):  # type: ignore[no-untyped-def]
@@ -118,7 +118,7 @@ def test_the_launch_boots_the_image_and_disk_of_the_choice_it_planned() -> None:
                    {"infra": "gcp/us-central1", "image_id": "projects/p/global/images/i",
                     "disk_tier": "high"}]}}, "t.yaml")
     candidates = plan(task, enabled_clouds=["aws", "gcp"])
-    by_cloud = {c.cloud: _resources_of(task, c) for c in candidates}
+    by_cloud = {c.cloud: resources_of(task, c) for c in candidates}
     assert (by_cloud["aws"].image_id, by_cloud["aws"].disk_tier) == ("ami-1", DiskTier.LOW)
     assert (by_cloud["gcp"].image_id, by_cloud["gcp"].disk_tier) == (
         "projects/p/global/images/i", DiskTier.HIGH)
