@@ -12,8 +12,9 @@ and closing ports that are closed does nothing), and the clusters already emptie
 heartbeat details, so an attempt after a worker crash goes on with the rest.
 
 ``hand_over_cluster`` signal-with-starts the entity, for a job that found it not running
-(a workflow cannot signal-with-start). ``cancel_jobs`` cancels many managed jobs for the
-entity and reads the clusters they left in their results.
+(a workflow cannot signal-with-start). ``cancel_jobs`` reads the clusters that many
+managed jobs, cancelled on the entity's behalf, left in their results, and cancels those
+that the CLI did not.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from activities.errors import typed_errors
 from activities.heartbeat import Heartbeats, beating, earlier_details
 from activities.provision import PORTS_TIMEOUT_S, gone_check, start_terminate, started_check
 from orch.bulk_teardown import (
-    BULK_TEARDOWN_ID,
     CANCEL_JOBS_ACTIVITY,
     HAND_OVER_ACTIVITY,
     HAND_OVER_SIGNAL,
@@ -40,20 +40,24 @@ from orch.bulk_teardown import (
     ClustersRequest,
     HandedOver,
 )
-from orch.client.bulk_teardown import signal_bulk_teardown
+from orch.client.bulk_teardown import cancel_for_bulk_teardown, signal_bulk_teardown
 from orch.clouds import get_provider
 from orch.clouds.base import Provider
 from orch.contracts.provision import WaitGoneRequest
-from orch.managed_jobs import CANCEL_SIGNAL, CancelRequest, ManagedJobState
+from orch.managed_jobs import ManagedJobState
 from orch.waiting import WaitProgress, after_operations, wait_until
 
 # Clusters emptied at once by one activity: each mostly waits on its cloud's answers.
 CLUSTERS_AT_ONCE = 32
 GONE_TIMEOUT_S = WaitGoneRequest.model_fields["timeout_s"].default
-# cancel_jobs: its signals, and its reads of the jobs' results (each a long poll until the
-# job ends), in flight at once. The entity runs a few cancel_jobs at once.
-SIGNALS_AT_ONCE = 16
+# cancel_jobs: its reads of the jobs' results (each a long poll until the job ends), and
+# its own signals, in flight at once. The entity runs a few cancel_jobs at once.
 READS_AT_ONCE = 100
+SIGNALS_AT_ONCE = 16
+# How long a job may take to end on the signal ``orch jobs cancel -a`` sends it before the
+# activity signals it itself: a CLI sent 2,000 cancel signals in 20.6 s, and a job's task
+# then started up to 32 s after its signal (README, Performance).
+SIGNAL_GRACE_S = 60.0
 
 
 def empty_cluster(provider: Provider, region: str, cluster: str) -> list[str]:
@@ -115,35 +119,40 @@ class BulkTeardownActivities:
 
     @activity.defn(name=CANCEL_JOBS_ACTIVITY)
     async def cancel_jobs(self, request: CancelJobs) -> list[HandedOver]:
-        """Signal each job a cancel sent by the bulk teardown, then read from the job's
-        result the clusters it left (``ManagedJobState.left_clusters``). The signals go
-        out at a steady ``SIGNALS_AT_ONCE``: a job's result is read once its own signal is
-        sent, so a job slow to end holds up no other job's signal.
+        """Read from each job's result the clusters it left (``ManagedJobState.
+        left_clusters``). ``orch jobs cancel -a`` signals the jobs itself once the entity
+        has their ids; a job still running ``SIGNAL_GRACE_S`` after its read began (that
+        CLI died before its signal, or an older CLI sent none) is signalled from here, on
+        the entity's behalf, and read again.
 
         Safe to retry: a job ignores a second cancel, a job that ended is not signalled
         (its result still says what it left), and a cluster read twice is queued once by
         the entity, or terminated again, which finds nothing (its slot's second release
         is ignored)."""
         signals, reads = asyncio.Semaphore(SIGNALS_AT_ONCE), asyncio.Semaphore(READS_AT_ONCE)
-        cancel = CancelRequest(sent_by=BULK_TEARDOWN_ID)
 
-        async def cancelled(job_id: str) -> list[HandedOver]:
-            async with signals:
-                try:
-                    await self._client.get_workflow_handle(job_id).signal(CANCEL_SIGNAL, cancel)
-                except RPCError as err:
-                    if err.status != RPCStatusCode.NOT_FOUND:  # not found: it has ended
-                        raise
+        async def left(job_id: str, wait_s: float | None) -> list[HandedOver] | None:
+            """The job's clusters, or None if it was still running after ``wait_s``."""
+            handle = self._client.get_workflow_handle(job_id, result_type=ManagedJobState)
             async with reads:
-                handle = self._client.get_workflow_handle(job_id, result_type=ManagedJobState)
                 try:
-                    return (await handle.result()).left_clusters
+                    return (await asyncio.wait_for(handle.result(), wait_s)).left_clusters
+                except TimeoutError:
+                    return None
                 except WorkflowFailureError:  # failed or terminated: it left nothing here
                     return []
                 except RPCError as err:
                     if err.status == RPCStatusCode.NOT_FOUND:  # past the retention
                         return []
                     raise
+
+        async def cancelled(job_id: str) -> list[HandedOver]:
+            clusters = await left(job_id, SIGNAL_GRACE_S)
+            if clusters is not None:
+                return clusters
+            async with signals:
+                await cancel_for_bulk_teardown(self._client, job_id)
+            return await left(job_id, None) or []
 
         async with beating(f"cancelling {len(request.job_ids)} job(s)"):
             lefts = await asyncio.gather(*(cancelled(job_id) for job_id in request.job_ids))

@@ -7,7 +7,9 @@ cluster is gone. Measured over the cancel:
 
 * the time, and the rate in jobs a second (and when the CLI returned, and when every job
   was CANCELLED);
-* the CPU of the dev server and of the worker, as fractions of one core;
+* the CPU of the dev server, of the worker and of the simulated heads (their sshd
+  sessions and what they run, which a real cloud's nodes would spend), as fractions of
+  one core, and how busy the machine's cores were (every process);
 * the dev server's requests to its database per cancelled job, by operation (its
   Prometheus metrics; ``UpdateWorkflowExecution`` is a write of a workflow's state, the
   unit a cancel-all of 2,000 in a minute has to be counted in);
@@ -38,7 +40,14 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowExecution
 
 from bench.managed_jobs_scale import cancel_all, count, jobs_setup, launch_all, wait_count
-from bench.sim_cloud import CpuWindow, SimCloud, exit_on_sigterm, load_average
+from bench.sim_cloud import (
+    CpuWindow,
+    HeadsCpu,
+    MachineCpu,
+    SimCloud,
+    exit_on_sigterm,
+    load_average,
+)
 from bench.sim_figures import persistence_requests
 from orch.bulk_teardown import BULK_TEARDOWN_ID
 from orch.client import Client
@@ -142,6 +151,7 @@ async def measure(n: int, home: Path, cloud: SimCloud, metrics_port: int) -> dic
         await wait_count(client, ManagedJobStatus.RUNNING, n, timeout=7200)
         await asyncio.sleep(20)  # the watches' first polls are behind them
         before, cpu = persistence_requests(metrics_port), CpuWindow(pids)
+        heads, machine = HeadsCpu(cloud.sshd_pid()), MachineCpu()
         since, started = time.time(), time.monotonic()
         result = cancel_all(home)
         if result.returncode != 0:
@@ -155,6 +165,8 @@ async def measure(n: int, home: Path, cloud: SimCloud, metrics_port: int) -> dic
         fractions = cpu.fractions()
         after = persistence_requests(metrics_port)
         figures["jobs_per_s"] = round(n / figures["cancel_s"], 2)
+        figures["heads_cpu_core_frac"] = round(heads.fraction(), 3)
+        figures["machine_busy_frac"] = round(machine.fraction(), 3)
         figures["server_cpu_core_frac"] = round(fractions["server"], 3)
         figures["worker_cpu_core_frac"] = round(fractions["worker"], 3)
         figures["all_cancelled"] = await count(client, ManagedJobStatus.CANCELLED) == n
@@ -193,8 +205,10 @@ def report(figures: dict[str, Any]) -> None:
           f"({figures['jobs_per_s']} a second; the CLI done after {figures['cli_s']} s, every "
           f"job CANCELLED after {figures['all_cancelled_s']} s); server "
           f"{figures['server_cpu_core_frac']:.0%} "
-          f"+ worker {figures['worker_cpu_core_frac']:.0%} of a core; {writes} "
-          f"workflow-state writes per job", flush=True)
+          f"+ worker {figures['worker_cpu_core_frac']:.0%} + simulated heads "
+          f"{figures['heads_cpu_core_frac']:.0%} of a core, the machine's cores "
+          f"{figures['machine_busy_frac']:.0%} busy; {writes} workflow-state writes per job",
+          flush=True)
     print(f"    database requests per job: {figures['db_requests_per_job']}")
     print(f"    a job's events after its cancel: {figures['job_events_per_cancel']}")
     print("    a job's way, seconds (p50, max), each stage from the end of the one before: "

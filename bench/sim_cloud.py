@@ -157,8 +157,8 @@ def _stat_fields(pid: str) -> list[str]:
 
 
 def tree_cpu_seconds(root: int) -> float:
-    """CPU seconds of ``root``'s live descendants, each with its reaped children's (a
-    command that ended counts once its session's sshd or shell has waited for it)."""
+    """CPU seconds of ``root`` and its live descendants, each with its reaped children's (a
+    command or session that ended counts once its parent has waited for it)."""
     parents: dict[int, int] = {}
     times: dict[int, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
@@ -176,8 +176,27 @@ def tree_cpu_seconds(root: int) -> float:
         ancestor = parents.get(pid)
         while ancestor and ancestor != root:
             ancestor = parents.get(ancestor)
-        total += spent if ancestor == root else 0.0
+        total += spent if ancestor == root or pid == root else 0.0
     return total
+
+
+class MachineCpu:
+    """How busy the machine's cores were over a window of wall time, from ``/proc/stat``:
+    a fraction of all of them (every process, the benchmark's own and others')."""
+
+    def __init__(self) -> None:
+        self.start = self._times()
+
+    @staticmethod
+    def _times() -> tuple[int, int]:
+        """(busy, total) jiffies over all cores."""
+        fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields) - idle, sum(fields)
+
+    def fraction(self) -> float:
+        busy, total = self._times()
+        return (busy - self.start[0]) / max(total - self.start[1], 1)
 
 
 class HeadsCpu:

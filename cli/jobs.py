@@ -275,8 +275,11 @@ def cancel(
 
     async def go(client: Client) -> None:
         jobs = ManagedJobs(client)
-        outcomes = (await jobs.cancel_all() if all_jobs
-                    else [await jobs.cancel(job_id) for job_id in job_ids or []])
+        if all_jobs:
+            with display.Progress(console, "Cancelling every managed job") as progress:
+                outcomes = await jobs.cancel_all(progress.step)
+        else:
+            outcomes = [await jobs.cancel(job_id) for job_id in job_ids or []]
         for outcome in outcomes:
             if outcome.requested:
                 console.print(f"Cancelling managed job {outcome.job_id}.")

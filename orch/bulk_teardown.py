@@ -8,12 +8,13 @@ launch semaphore in one signal. Cancelling 2,000 jobs at once then costs the con
 plane a few workflow-state writes per job instead of a TeardownWorkflow each (some 34
 writes per job, the limit on how fast a cancel-all could go: README, Performance).
 
-A cancel-all goes through the entity too (``CancelJobs``): its ``cancel_jobs`` activity
-signals each job a cancel that says the entity sent it (``managed_jobs.CancelRequest``),
-and the job then leaves its cluster in its result (``ManagedJobState.left_clusters``)
-instead of signalling it over and waiting for the entity's acknowledgement: the job ends
-in the workflow task of its cancel, and the activity reads the clusters from the
-results. That halves the writes of each job, and no longer sends 2,000 signals to one
+A cancel-all goes through the entity too (``CancelJobs``): ``orch jobs cancel -a`` hands
+it the jobs' ids, then signals each job a cancel sent on the entity's behalf
+(``managed_jobs.CancelRequest``), and the job then leaves its cluster in its result
+(``ManagedJobState.left_clusters``) instead of signalling it over and waiting for the
+entity's acknowledgement: the job ends in the workflow task of its cancel, and the
+entity's ``cancel_jobs`` activity reads the clusters from the results (and signals any
+job the CLI did not). That halves the writes of each job, and no longer sends 2,000 signals to one
 workflow (each serialized on its lock, and each acknowledged to its sender).
 
 Shared by the workflow (``workflows/bulk_teardown.py``), its activities
@@ -51,7 +52,8 @@ class HandedOver(BaseModel):
 
 
 class CancelJobs(BaseModel):
-    """Cancel these managed jobs (their workflow ids); what ``orch jobs cancel -a`` sends."""
+    """Collect the clusters of these managed jobs (their workflow ids), cancelled on the
+    entity's behalf; what ``orch jobs cancel -a`` sends before it signals them."""
 
     job_ids: list[str]
 

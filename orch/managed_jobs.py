@@ -219,9 +219,10 @@ class TaskRun(BaseModel):
 
 class CancelRequest(BaseModel):
     """The cancel signal's argument (none from ``orch jobs cancel ID`` or earlier
-    clients). ``sent_by`` the bulk teardown's id: the entity cancels the job itself and
-    reads the job's result, so the job leaves its cluster there (``left_clusters``)
-    instead of handing it over by a signal it would wait to see acknowledged."""
+    clients). ``sent_by`` the bulk teardown's id: the job is cancelled on the entity's
+    behalf (by ``orch jobs cancel -a`` or the entity), and the entity reads the job's
+    result, so the job leaves its cluster there (``left_clusters``) instead of handing it
+    over by a signal it would wait to see acknowledged."""
 
     sent_by: str = ""
 

@@ -2,10 +2,11 @@
 cancelled managed jobs hand over (``orch.bulk_teardown``).
 
 An entity workflow. Each hand-over is a signal (``HandedOver``); clusters queue in its
-state. A cancel-all is a signal too (``CancelJobs``): the jobs queue in its state, and
-``cancel_jobs`` activities, up to ``CANCELS_AT_ONCE`` for ``CANCEL_BATCH`` jobs each,
-cancel them and return the clusters they left in their results, which queue as
-hand-overs do (``orch.bulk_teardown`` says why).
+state. A cancel-all is a signal too (``CancelJobs``): the jobs queue in its state (before
+``orch jobs cancel -a`` signals them, on the entity's behalf), and ``cancel_jobs``
+activities, up to ``CANCELS_AT_ONCE`` for ``CANCEL_BATCH`` jobs each, read the clusters
+they left in their results (signalling any job that has not ended after a grace period),
+which queue as hand-overs do (``orch.bulk_teardown`` says why).
 
 While clusters wait, it runs up to ``BATCHES_AT_ONCE`` ``teardown_clusters``
 activities, each for up to ``BATCH`` clusters of one cloud region: the first clusters of

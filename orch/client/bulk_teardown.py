@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 from temporalio.client import Client as TemporalClient
+from temporalio.service import RPCError, RPCStatusCode
 
 from orch.bulk_teardown import (
     BULK_TEARDOWN_ID,
@@ -11,6 +12,7 @@ from orch.bulk_teardown import (
     BULK_TEARDOWN_WORKFLOW,
     BulkTeardownInput,
 )
+from orch.managed_jobs import CANCEL_SIGNAL, CancelRequest
 
 
 async def signal_bulk_teardown(temporal: TemporalClient, task_queue: str, signal: str,
@@ -21,3 +23,17 @@ async def signal_bulk_teardown(temporal: TemporalClient, task_queue: str, signal
         task_queue=task_queue, start_signal=signal, start_signal_args=[argument],
         static_summary=BULK_TEARDOWN_SUMMARY,
     )
+
+
+async def cancel_for_bulk_teardown(temporal: TemporalClient, job_workflow_id: str) -> bool:
+    """Signal a managed job a cancel on the bulk teardown's behalf: the job leaves its
+    cluster in its result, for the entity to read (``CancelRequest``). False when the job
+    had already ended (its result says what it left)."""
+    try:
+        await temporal.get_workflow_handle(job_workflow_id).signal(
+            CANCEL_SIGNAL, CancelRequest(sent_by=BULK_TEARDOWN_ID))
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+        return False
+    return True

@@ -41,6 +41,7 @@ from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
+import activities.bulk_teardown as bulk_teardown_activities
 from activities.managed_job import (
     WatchOutcome,
     WatchProgress,
@@ -53,7 +54,7 @@ from activities.provision import InstancesRequest, ProvisionRequest
 from activities.runtime import SetupRequest, StartRayRequest, SubmitRequest
 from orch.bulk_teardown import BULK_TEARDOWN_ID, CANCEL_JOBS_SIGNAL, CancelJobs
 from orch.client import Client as OrchClient
-from orch.client.bulk_teardown import signal_bulk_teardown
+from orch.client.bulk_teardown import cancel_for_bulk_teardown, signal_bulk_teardown
 from orch.client.managed_jobs import ManagedJobs
 from orch.clouds.base import InstanceStatus, NodeInfo, ProvisionConfig, ProvisionRecord
 from orch.clouds.local import REGION, LocalProvider
@@ -805,36 +806,69 @@ async def test_cancel_while_running(harness: Harness) -> None:
     await save_with_children(harness.client, handle, "managed_job_cancel")
 
 
-async def test_jobs_the_bulk_teardown_cancels_leave_it_their_clusters_in_one_task(
-    harness: Harness,
-) -> None:
+async def _start_three_and_end_one(harness: Harness) -> tuple[list[tuple[int, WorkflowHandle]],
+                                                                 list[str]]:
+    """Three running jobs, one of which then ends: the two still running, and the ids
+    ``orch jobs cancel -a`` would hand the bulk teardown (with one that never was)."""
     started = [await harness.start() for _ in range(3)]
     for _, handle in started:
         await harness.until(handle, "RUNNING", running)
     ended_id, ended = started.pop()
     harness.cloud.finish(f"job-{ended_id}-0")
     assert (await harness.result(ended)).status == ManagedJobStatus.SUCCEEDED
-    # What orch jobs cancel -a sends; a job that ended and one that never was: no error.
     ids = [managed_job_workflow_id(job_id) for job_id in (*(j for j, _ in started), ended_id)]
     await signal_bulk_teardown(harness.client, harness.task_queue, CANCEL_JOBS_SIGNAL,
                                CancelJobs(job_ids=[*ids, "job/404"]))
+    return started, [*ids, "job/404"]
 
+
+async def _cancelled_in_bulk(harness: Harness, started: list[tuple[int, WorkflowHandle]]
+                             ) -> list[int]:
+    """Each job ended CANCELLED in the workflow task of its (first) cancel, with no signal
+    to wait on, leaving its cluster to the bulk teardown, which terminated it and gave the
+    slot back. Returns how many cancel signals each job received."""
+    signals = []
     for job_id, handle in started:
+        await harness.until(handle, "CANCELLED", lambda s: s.status == ManagedJobStatus.CANCELLED)
         final = await harness.result(handle)
-        assert final.status == ManagedJobStatus.CANCELLED
         assert [c.cluster_name for c in final.left_clusters] == [f"job-{job_id}-0"]
         history = (await handle.fetch_history()).events
         events = [e.event_type for e in history]
-        cancelled = next(i for i, e in enumerate(history)
-                         if e.workflow_execution_signaled_event_attributes.signal_name == "cancel")
-        # The job ended in the workflow task of its cancel, with no signal to wait on.
-        assert events[cancelled:].count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) == 1
+        cancels = [i for i, e in enumerate(history)
+                   if e.workflow_execution_signaled_event_attributes.signal_name == "cancel"]
+        assert events[cancels[0]:].count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) == 1
         assert EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED not in events
         await _left_nothing(harness, job_id)
+        signals.append(len(cancels))
     # Only the job that ended tore its cluster down itself; the others went in bulk.
     assert harness.cloud.calls("terminate_instances") == 1
     assert harness.cloud.calls("teardown_clusters") >= 1
+    return signals
+
+
+async def test_jobs_cancelled_for_the_bulk_teardown_leave_it_their_clusters_in_one_task(
+    harness: Harness,
+) -> None:
+    # What orch jobs cancel -a does: the ids to the entity, then a cancel to each job on
+    # its behalf; a job that ended and one that never was: no error, nothing sent.
+    started, ids = await _start_three_and_end_one(harness)
+    sent = [await cancel_for_bulk_teardown(harness.client, job) for job in ids]
+    assert sent == [True, True, False, False]
+
+    # The entity read the clusters from the results; it signalled no job itself (its
+    # grace period is a minute).
+    assert await _cancelled_in_bulk(harness, started) == [1, 1]
     await save_with_children(harness.client, started[0][1], "managed_job_bulk_cancel")
+
+
+async def test_jobs_no_one_signalled_are_cancelled_by_the_bulk_teardown_after_its_grace(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The CLI handed the ids over and died before its signals (or is older than them).
+    monkeypatch.setattr(bulk_teardown_activities, "SIGNAL_GRACE_S", 0.5)
+    started, _ = await _start_three_and_end_one(harness)
+
+    assert await _cancelled_in_bulk(harness, started) == [1, 1]
 
 
 async def test_cancel_while_recovering_lets_the_teardown_finish_and_relaunches_nothing(
