@@ -217,8 +217,8 @@ class ManagedJobs:
         process dies; then each job is signalled from here, ``CANCEL_SIGNALS_AT_ONCE`` at
         once, on the entity's behalf: the job ends in the task of that signal and leaves
         its cluster in its result, which the entity reads. The entity's ``cancel_jobs``
-        activity signals itself any job still running a minute after it began to read its
-        result. ``on_step`` is told each step.
+        activity signals itself any job still running two minutes after it began to read
+        its result. ``on_step`` is told each step.
 
         Signalled from here, every job has its cancel when this returns, as with
         ``sky jobs cancel -a``. (It was thought faster too, the entity's activity having

@@ -856,7 +856,7 @@ async def test_jobs_cancelled_for_the_bulk_teardown_leave_it_their_clusters_in_o
     assert sent == [True, True, False, False]
 
     # The entity read the clusters from the results; it signalled no job itself (its
-    # grace period is a minute).
+    # grace period is two minutes).
     assert await _cancelled_in_bulk(harness, started) == [1, 1]
     await save_with_children(harness.client, started[0][1], "managed_job_bulk_cancel")
 
