@@ -431,6 +431,8 @@ class Client:
             attrs = execution.typed_search_attributes
             name = attrs.get(SearchAttributeKey.for_keyword(SA_CLUSTER))
             status = attrs.get(SearchAttributeKey.for_keyword(SA_CLUSTER_STATUS))
+            if refresh and name in self.refreshed:  # visibility may not have caught up yet
+                status = self.refreshed[name].status
             if not name or not status or status == ClusterStatus.TERMINATED:
                 continue
             summaries.append(ClusterSummary(
