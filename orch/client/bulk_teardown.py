@@ -1,4 +1,5 @@
-"""Signalling the bulk teardown (``orch.bulk_teardown``) from outside a workflow."""
+"""Signalling the bulk teardown (``orch.bulk_teardown``), and managed jobs their cancels,
+from outside a workflow."""
 
 from __future__ import annotations
 
@@ -25,15 +26,26 @@ async def signal_bulk_teardown(temporal: TemporalClient, task_queue: str, signal
     )
 
 
-async def cancel_for_bulk_teardown(temporal: TemporalClient, job_workflow_id: str) -> bool:
-    """Signal a managed job a cancel on the bulk teardown's behalf: the job leaves its
-    cluster in its result, for the entity to read (``CancelRequest``). False when the job
-    had already ended (its result says what it left)."""
+async def signal_cancel(temporal: TemporalClient, job_workflow_id: str,
+                        request: CancelRequest | None = None) -> bool:
+    """The cancel signal to a managed job, with ``request`` when it says who sent it.
+    False when the job had already ended."""
+    handle = temporal.get_workflow_handle(job_workflow_id)
     try:
-        await temporal.get_workflow_handle(job_workflow_id).signal(
-            CANCEL_SIGNAL, CancelRequest(sent_by=BULK_TEARDOWN_ID))
+        if request is None:
+            await handle.signal(CANCEL_SIGNAL)
+        else:
+            await handle.signal(CANCEL_SIGNAL, request)
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND:
             raise
         return False
     return True
+
+
+async def cancel_for_bulk_teardown(temporal: TemporalClient, job_workflow_id: str) -> bool:
+    """A cancel on the bulk teardown's behalf: the job leaves its cluster in its result,
+    for the entity to read (``CancelRequest``). False when the job had already ended (its
+    result says what it left)."""
+    return await signal_cancel(temporal, job_workflow_id,
+                               CancelRequest(sent_by=BULK_TEARDOWN_ID))

@@ -37,19 +37,19 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from orch.bulk_teardown import CANCEL_JOBS_SIGNAL, CancelJobs
+from orch.bulk_teardown import BULK_TEARDOWN_ID, CANCEL_JOBS_SIGNAL, CancelJobs
 from orch.client import Client, OrchError
 from orch.client.attribution import requester, start_attributes
-from orch.client.bulk_teardown import cancel_for_bulk_teardown, signal_bulk_teardown
+from orch.client.bulk_teardown import signal_bulk_teardown, signal_cancel
 from orch.config import orch_home
 from orch.job_output import OutputReader, attempt_output
 from orch.managed_jobs import (
     ALLOCATE_UPDATE,
-    CANCEL_SIGNAL,
     MANAGED_JOB_IDS_WORKFLOW,
     MANAGED_JOB_IDS_WORKFLOW_ID,
     MEMO_SUMMARY,
     STATE_QUERY,
+    CancelRequest,
     JobIdsInput,
     JobSummary,
     ManagedJobInput,
@@ -197,14 +197,11 @@ class ManagedJobs:
         return CancelOutcome(job_id=job_id, requested=False,
                              status=(await self.state(job_id)).status)
 
-    async def _signal_cancel(self, job_id: int) -> CancelOutcome:
+    async def _signal_cancel(self, job_id: int,
+                             request: CancelRequest | None = None) -> CancelOutcome:
         """The cancel signal to a job that was running; its status if it ended since."""
-        try:
-            await self._handle(job_id).signal(CANCEL_SIGNAL)
+        if await signal_cancel(self.temporal, managed_job_workflow_id(job_id), request):
             return CancelOutcome(job_id=job_id, requested=True)
-        except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
         return CancelOutcome(job_id=job_id, requested=False,
                              status=(await self.state(job_id)).status)
 
@@ -236,17 +233,14 @@ class ManagedJobs:
                 self.temporal, self.client.task_queue, CANCEL_JOBS_SIGNAL,
                 CancelJobs(job_ids=ids[start:start + CANCEL_IDS_PER_SIGNAL]))
         step(f"signalling {len(ids)} job(s)")
-        limit = asyncio.Semaphore(CANCEL_SIGNALS_AT_ONCE)
+        limit, request = asyncio.Semaphore(CANCEL_SIGNALS_AT_ONCE), CancelRequest(
+            sent_by=BULK_TEARDOWN_ID)
 
-        async def signalled(workflow_id: str) -> bool:
+        async def cancelled(job_id: int) -> CancelOutcome:
             async with limit:
-                return await cancel_for_bulk_teardown(self.temporal, workflow_id)
+                return await self._signal_cancel(job_id, request)
 
-        requested = await asyncio.gather(*(signalled(i) for i in ids))
-        return [CancelOutcome(job_id=job_id, requested=True) if sent
-                else CancelOutcome(job_id=job_id, requested=False,
-                                   status=(await self.state(job_id)).status)
-                for job_id, sent in zip(running, requested, strict=True)]
+        return list(await asyncio.gather(*(cancelled(job_id) for job_id in running)))
 
     # -- output ------------------------------------------------------------------------
     async def logs(
