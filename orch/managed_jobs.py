@@ -292,6 +292,9 @@ class ManagedJobInput(BaseModel):
     max_events_per_run: int = Field(default=4000, ge=100)
     requested_by: str = ""  # user@host of the caller (the Web UI's static details)
     plane_hash: str = ""  # the control plane's hash (orch.names); "" in older histories
+    # Launch rounds run in the job's own workflow (workflows/managed_job_launch.py); false in
+    # the inputs of jobs submitted before, which replay their LaunchWorkflow children.
+    launches_in_job: bool = False
     state: ManagedJobState | None = None  # set by continue-as-new
 
 

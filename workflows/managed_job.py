@@ -2,9 +2,10 @@
 preemptions.
 
 For each task, in order: (once per job) wait for a job slot of the launch semaphore, held
-until the job ends → launch the task's own cluster ``job-<id>-<task>`` with LaunchWorkflow
-as a child (its FailoverWorkflow takes a launch permit per provisioning round, never
-during a wait; while it queues for one, the job is WAITING, as in SkyPilot's scheduler)
+until the job ends → launch the task's own cluster ``job-<id>-<task>``, the launch steps
+run in the job's workflow (``workflows/managed_job_launch.py``; its FailoverWorkflow child
+takes a launch permit per provisioning round, never during a wait; while it queues for
+one, the job is WAITING, as in SkyPilot's scheduler)
 → submit the run as job 1 on that cluster → watch it with one long-running ``watch_job``
 activity → tear the cluster down with TeardownWorkflow. A task that does not succeed
 ends the pipeline; the tasks after it are CANCELLED. A cluster that came up but whose
@@ -86,7 +87,6 @@ with workflow.unsafe.imports_passed_through():
     from orch.semaphore import LAUNCH_SEMAPHORE_ID
     from orch.spec import Task
     from orch.status import JobStatus
-    from workflows import storage_steps
     from workflows.managed_job_launch import JobLaunches
     from workflows.options import WATCH_CALL, error_message, error_type
     from workflows.permits import Permit, acquire_permit
@@ -124,32 +124,9 @@ class ManagedJobWorkflow(JobLaunches):
 
     @workflow.signal(name=PROGRESS_SIGNAL)
     def launch_progress(self, progress: LaunchProgress) -> None:
-        """LaunchWorkflow reports each step and where the cluster is as soon as it knows;
-        FailoverWorkflow reports each failover hop."""
-        run = self.state.current
-        for step in (*progress.earlier, progress.step):
-            self._event(EventKind.STEP, step, run)
-        if progress.waiting_for_permit is not None:
-            # Queued behind other launches, a job is WAITING, as in SkyPilot's scheduler.
-            waiting = progress.waiting_for_permit
-            status = (ManagedJobStatus.RECOVERING
-                      if self.state.status == ManagedJobStatus.RECOVERING
-                      else ManagedJobStatus.PENDING if waiting else ManagedJobStatus.STARTING)
-            self._set_status(status,
-                             ScheduleState.WAITING if waiting else ScheduleState.LAUNCHING)
-        if progress.placement is not None:
-            run.placement = progress.placement
-        if progress.info is not None:
-            run.info = progress.info
-        if progress.gcs_address is not None:
-            run.gcs_address = progress.gcs_address
-        if progress.storage:  # before they are attached: teardown and the end release them
-            self._buckets_reported(run, progress)
-        self._publish()
-
-    def _buckets_reported(self, run: TaskRun, progress: LaunchProgress) -> None:
-        run.storage = storage_steps.merged(run.storage, progress.storage)
-        self.state.buckets = storage_steps.added_buckets(self.state.buckets, progress.storage)
+        """LaunchWorkflow (jobs submitted before launches ran in the job) reports each step
+        and where the cluster is as soon as it knows; FailoverWorkflow each failover hop."""
+        self._launch_progress(progress)
 
     # -- the job's life -----------------------------------------------------------------
     @workflow.run

@@ -1,6 +1,11 @@
-"""How a managed job gets its task onto a cluster: launch rounds (each a LaunchWorkflow
-child) in the phases of the task's launch plan, with backoff between failed rounds and no
-launch permit held meanwhile, then the submit of the run on the head.
+"""How a managed job gets its task onto a cluster: launch rounds in the phases of the task's
+launch plan, with backoff between failed rounds and no launch permit held meanwhile, then
+the submit of the run on the head.
+
+A round runs the launch steps (``workflows/launch_steps.py``) in the job's own workflow,
+each report applied to the job's state at once (:class:`InJobLaunch`); jobs submitted
+before that (``ManagedJobInput.launches_in_job`` false) run each round as a LaunchWorkflow
+child, which reports by signal, and still do so when they replay.
 """
 
 from __future__ import annotations
@@ -25,14 +30,16 @@ with workflow.unsafe.imports_passed_through():
         classify_launch_failure,
         describe_attempts,
     )
-    from orch.records import ClusterRecord, LaunchInput
+    from orch.records import ClusterRecord, LaunchInput, LaunchOutput, LaunchProgress
     from orch.runtime.job_records import JobRecord, JobSpec
     from orch.spec import Task
     from orch.summaries import job_task_purpose, launch_summary, short, task_details
+    from workflows import launch_steps, storage_steps
     from workflows.cluster_base import resources_summary
     from workflows.launch import LaunchWorkflow
     from workflows.managed_job_base import ManagedJobBase
     from workflows.options import CLOUD_CALL, error_details, error_message, error_type
+    from workflows.progress import ProgressReports
     from workflows.shielding import shielded
 
 
@@ -110,23 +117,18 @@ class JobLaunches(ManagedJobBase):
 
     async def _launch_round(self, run: TaskRun, request: LaunchInput
                             ) -> tuple[LaunchFailure, str] | None:
-        """One LaunchWorkflow; None when the cluster is up and set up."""
+        """One launch; None when the cluster is up and set up."""
         run.launching = True
         state = self.state
         request.purpose = job_task_purpose(state.job_id, state.name, run.index, len(state.runs))
         request.requested_by = self.input.requested_by
+        launch_id = self._child_id("launch", run)
         try:
-            output = await workflow.execute_child_workflow(
-                LaunchWorkflow.run, request, id=self._child_id("launch", run),
-                # A job workflow that ends while launching (terminated) asks the launch to
-                # stop, so its failover removes the nodes it made; the job's teardowns
-                # (below) are ABANDONed instead, so that they finish.
-                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-                static_summary=launch_summary(run.cluster_name, request.task, request.reuse,
-                                              request.purpose),
-                static_details=task_details(request.task, request.requested_by),
-            )
-        except ChildWorkflowError as err:
+            if self.input.launches_in_job:
+                output = await launch_steps.launch(InJobLaunch(self, launch_id), request)
+            else:
+                output = await self._launch_child(launch_id, request)
+        except (ActivityError, ChildWorkflowError) as err:
             if is_cancelled_exception(err):
                 raise
             run.launching = False
@@ -149,6 +151,44 @@ class JobLaunches(ManagedJobBase):
                     run)
         self._publish()
         return None
+
+    async def _launch_child(self, launch_id: str, request: LaunchInput) -> LaunchOutput:
+        return await workflow.execute_child_workflow(
+            LaunchWorkflow.run, request, id=launch_id,
+            # A job workflow that ends while launching (terminated) asks the launch to
+            # stop, so its failover removes the nodes it made; the job's teardowns
+            # (below) are ABANDONed instead, so that they finish.
+            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            static_summary=launch_summary(request.cluster_name, request.task, request.reuse,
+                                          request.purpose),
+            static_details=task_details(request.task, request.requested_by),
+        )
+
+    def _launch_progress(self, progress: LaunchProgress) -> None:
+        """A launch step, and where the cluster is as soon as the launch knows; or a
+        failover hop."""
+        run = self.state.current
+        for step in (*progress.earlier, progress.step):
+            self._event(EventKind.STEP, step, run)
+        if progress.waiting_for_permit is not None:
+            # Queued behind other launches, a job is WAITING, as in SkyPilot's scheduler.
+            waiting = progress.waiting_for_permit
+            status = (ManagedJobStatus.RECOVERING
+                      if self.state.status == ManagedJobStatus.RECOVERING
+                      else ManagedJobStatus.PENDING if waiting else ManagedJobStatus.STARTING)
+            self._set_status(status,
+                             ScheduleState.WAITING if waiting else ScheduleState.LAUNCHING)
+        if progress.placement is not None:
+            run.placement = progress.placement
+        if progress.info is not None:
+            run.info = progress.info
+        if progress.gcs_address is not None:
+            run.gcs_address = progress.gcs_address
+        if progress.storage:  # before they are attached: teardown and the end release them
+            run.storage = storage_steps.merged(run.storage, progress.storage)
+            self.state.buckets = storage_steps.added_buckets(self.state.buckets,
+                                                             progress.storage)
+        self._publish()
 
     def _job_spec(self, run: TaskRun, task: Task, job_id: int) -> JobSpec:
         assert run.info is not None and run.gcs_address is not None
@@ -189,3 +229,28 @@ class JobLaunches(ManagedJobBase):
         first (a recovery in another cloud keeps its checkpoints)."""
         return {"storage_pins": list(self.state.buckets),
                 "storage_owner": workflow.info().workflow_id}
+
+
+class InJobLaunch:
+    """The launch steps' host (``launch_steps.LaunchHost``) in the job's own workflow:
+    a report is applied to the job's state at once, a note waits for the next report (each
+    application may upsert the job's memo and search attributes), and the failover keeps
+    the id it had under a LaunchWorkflow child (``job/<id>/launch-<task>-<n>/failover``)."""
+
+    def __init__(self, job: JobLaunches, launch_id: str) -> None:
+        self.job = job
+        self.report_to: str | None = workflow.info().workflow_id
+        self.failover_id = f"{launch_id}/failover"
+        self.notes = ProgressReports(None)
+
+    def patched(self, patch_id: str) -> bool:
+        return True  # no job that launches in its own workflow ran the steps before a patch
+
+    def show(self, details: str) -> None:
+        """Nothing: the job's current details show its events, each step among them."""
+
+    async def report(self, progress: LaunchProgress) -> None:
+        self.job._launch_progress(self.notes.with_notes(progress))
+
+    async def note(self, progress: LaunchProgress) -> None:
+        self.notes.note(progress)

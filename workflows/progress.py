@@ -59,7 +59,8 @@ class ProgressReports:
         report says newer."""
         self._notes.append(progress)
 
-    def _with_notes(self, progress: LaunchProgress) -> LaunchProgress:
+    def with_notes(self, progress: LaunchProgress) -> LaunchProgress:
+        """``progress`` with the notes taken since the last report, which it now carries."""
         notes, self._notes = self._notes, []
         if not notes:
             return progress
@@ -78,7 +79,7 @@ class ProgressReports:
             self._notes = []
             return
         await self.drained()
-        progress = self._with_notes(progress)
+        progress = self.with_notes(progress)
         handle = workflow.get_external_workflow_handle(to)
         if self._patch is not None and workflow.patched(self._patch):
             self._in_flight = asyncio.ensure_future(handle.signal(PROGRESS_SIGNAL, progress))

@@ -143,7 +143,7 @@ class ManagedJobs:
         await self.temporal.start_workflow(
             MANAGED_JOB_WORKFLOW,
             ManagedJobInput(job_id=job_id, name=name, tasks=tasks, requested_by=user,
-                            plane_hash=plane_hash),
+                            plane_hash=plane_hash, launches_in_job=True),
             id=managed_job_workflow_id(job_id), task_queue=self.client.task_queue,
             memo={MEMO_SUMMARY: summary.model_dump(mode="json")},
             search_attributes=start_attributes(user, headline, job_id, name),

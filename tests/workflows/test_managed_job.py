@@ -300,7 +300,8 @@ class Harness:
             ManagedJobWorkflow.run,
             ManagedJobInput.model_validate({"job_id": job_id, "name": f"job{job_id}",
                                             "tasks": list(tasks or [TASK]),
-                                            "publish_search_attributes": False, **options}),
+                                            "publish_search_attributes": False,
+                                            "launches_in_job": True, **options}),
             id=managed_job_workflow_id(job_id), task_queue=self.task_queue,
         )
         return job_id, handle
@@ -1194,8 +1195,8 @@ async def test_a_head_that_stops_answering_while_its_instances_run_is_a_lost_clu
 async def test_a_job_workflow_terminated_mid_launch_leaves_no_nodes(
     dev_server: WorkflowEnvironment,  # the time-skipping server applies no parent-close policy
 ) -> None:
-    """No cleanup runs in a terminated job: the launch child's REQUEST_CANCEL parent-close
-    policy cancels it, and its failover removes the nodes of the attempt in flight."""
+    """No cleanup runs in a terminated job: the failover child's REQUEST_CANCEL
+    parent-close policy cancels it, and it removes the nodes of the attempt in flight."""
     cloud = JobCloud(dev_server)
     provisioning = cloud.hold("wait_running")  # the nodes exist and never come up
     async with job_worker(dev_server, cloud, SemaphoreSettings()) as task_queue:
@@ -1206,14 +1207,13 @@ async def test_a_job_workflow_terminated_mid_launch_leaves_no_nodes(
         assert cloud.instances[f"job-{job_id}-0"]
 
         await handle.terminate("an operator removed it")
-        launch = dev_server.client.get_workflow_handle(f"{handle.id}/launch-0-1")
-        failover = dev_server.client.get_workflow_handle(f"{launch.id}/failover")
+        failover = dev_server.client.get_workflow_handle(f"{handle.id}/launch-0-1/failover")
         while not any(e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
                       for e in (await failover.fetch_history()).events):
             await asyncio.sleep(0.05)
         provisioning.set()  # the call in flight returns; the failover cleans up after it
-        while (await launch.describe()).status == WorkflowExecutionStatus.RUNNING:
+        while (await failover.describe()).status == WorkflowExecutionStatus.RUNNING:
             await asyncio.sleep(0.05)
 
-        assert (await launch.describe()).status == WorkflowExecutionStatus.CANCELED
+        assert (await failover.describe()).status == WorkflowExecutionStatus.CANCELED
         assert not cloud.instances[f"job-{job_id}-0"]
