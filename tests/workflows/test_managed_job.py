@@ -77,7 +77,7 @@ from orch.managed_jobs import (
     managed_job_workflow_id,
     recovery_plan,
 )
-from orch.records import Placement
+from orch.records import FAILOVER_WORKFLOW, LAUNCH_WORKFLOW, Placement
 from orch.runtime.job_records import JobRecord
 from orch.semaphore import (
     LAUNCH_SEMAPHORE_ID,
@@ -419,7 +419,39 @@ async def test_a_job_launches_runs_and_leaves_nothing_behind(harness: Harness) -
     assert "waiting for nodes" in steps(final)
     assert final.runs[0].attempt == 1 and final.started_at and final.ended_at
     await harness.holds_nothing(job_id)
+    assert await workflow_type(harness.client, f"{handle.id}/launch-0-1") is None  # in the job
+    assert await workflow_type(harness.client,
+                               f"{handle.id}/launch-0-1/failover") == FAILOVER_WORKFLOW
     await save_with_children(harness.client, handle, "managed_job_success")
+
+
+async def workflow_type(client: Client, workflow_id: str) -> str | None:
+    """The type of workflow ``workflow_id``, None if the server has none by that id."""
+    try:
+        return (await client.get_workflow_handle(workflow_id).describe()).workflow_type
+    except RPCError:
+        return None
+
+
+async def test_a_job_submitted_before_launches_ran_in_the_job_launches_through_a_child(
+    harness: Harness,
+) -> None:
+    """A job whose input predates ``launches_in_job`` (running when the worker was
+    upgraded) keeps launching through LaunchWorkflow children, as its history holds."""
+    job_id, handle = await harness.start(launches_in_job=False)
+    cluster = f"job-{job_id}-0"
+    await harness.until(handle, "RUNNING", running)
+    assert await workflow_type(harness.client, f"{handle.id}/launch-0-1") == LAUNCH_WORKFLOW
+    assert await workflow_type(harness.client,
+                               f"{handle.id}/launch-0-1/failover") == FAILOVER_WORKFLOW
+
+    harness.cloud.finish(cluster)
+    final = await harness.result(handle)
+
+    assert final.status == ManagedJobStatus.SUCCEEDED
+    assert "waiting for nodes" in steps(final)
+    assert harness.cloud.instances[cluster] == {}
+    await harness.holds_nothing(job_id)
 
 
 async def test_a_jobs_cluster_carries_the_control_planes_hash_on_the_cloud(
