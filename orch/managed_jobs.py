@@ -282,6 +282,16 @@ def new_state(job_id: int, name: str | None, tasks: list[Task], now: datetime,
     return ManagedJobState(job_id=job_id, name=name, runs=runs, submitted_at=now)
 
 
+# A job's workflow replays the commands of the revision its input was made for, so what
+# changed is chosen by ``ManagedJobInput.revision``, not by a patch marker (which costs
+# each job a search-attribute upsert): 0, jobs submitted before 5 December 2026, launch
+# through a LaunchWorkflow child per round and upsert their memo and search attributes at
+# each change; 1 runs the launch steps in the job's own workflow and upserts its memo and
+# search attributes at most once per workflow task, the search attributes only when one
+# of them changes (workflows/managed_job_base.py).
+JOB_REVISION = 1
+
+
 class ManagedJobInput(BaseModel):
     job_id: int
     name: str | None = None
@@ -292,9 +302,7 @@ class ManagedJobInput(BaseModel):
     max_events_per_run: int = Field(default=4000, ge=100)
     requested_by: str = ""  # user@host of the caller (the Web UI's static details)
     plane_hash: str = ""  # the control plane's hash (orch.names); "" in older histories
-    # Launch rounds run in the job's own workflow (workflows/managed_job_launch.py); false in
-    # the inputs of jobs submitted before, which replay their LaunchWorkflow children.
-    launches_in_job: bool = False
+    revision: int = 0  # JOB_REVISION when submitted; 0 in the inputs of older jobs
     state: ManagedJobState | None = None  # set by continue-as-new
 
 

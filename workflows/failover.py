@@ -114,6 +114,9 @@ class FailoverInput(BaseModel):
     # Carried across continue-as-new: rounds already over, and the attempts so far.
     rounds: int = 0
     attempts: AttemptLog = Field(default_factory=AttemptLog)
+    # 1: every patch above applies without its marker (a marker costs the run a
+    # search-attribute upsert, a write of its visibility record); 0 in older inputs.
+    revision: int = 0
 
 
 class FailoverOutput(BaseModel):
@@ -133,13 +136,18 @@ class FailoverWorkflow:
         self.touched: list[CloudRegion] = []  # regions this round reported (and may clean)
         self.created: list[CloudRegion] = []  # regions where this round called run_instances
         self.reports = ProgressReports(None)  # each awaited (workflows/progress.py)
+        self.revision = 0  # FailoverInput.revision
 
     @workflow.query
     def attempts(self) -> list[FailoverAttempt]:
         return self.log.recent
 
+    def _patched(self, patch_id: str) -> bool:
+        return self.revision >= 1 or workflow.patched(patch_id)
+
     @workflow.run
     async def run(self, request: FailoverInput) -> FailoverOutput:
+        self.revision = request.revision
         self.blocklist = request.blocklist
         self.log = request.attempts
         rounds = request.rounds
@@ -147,7 +155,7 @@ class FailoverWorkflow:
             await self._report(request, "waiting for a launch permit", waiting_for_permit=True)
             permit = await acquire_permit("launch", on_queued=lambda ahead: self._show(
                 f"waiting for a launch permit: about {ahead} ahead when it queued"))
-            if workflow.patched(PERMIT_NOTE_PATCH):
+            if self._patched(PERMIT_NOTE_PATCH):
                 self._show("got a launch permit")
                 self.reports.note(LaunchProgress(step="got a launch permit",
                                                  waiting_for_permit=False))
@@ -193,7 +201,7 @@ class FailoverWorkflow:
         round count and the bounded history, so the workflow's history stays short."""
         due = (rounds - request.rounds >= request.rounds_per_run
                or workflow.info().is_continue_as_new_suggested())
-        if due and workflow.patched(CONTINUE_AS_NEW_PATCH):
+        if due and self._patched(CONTINUE_AS_NEW_PATCH):
             workflow.continue_as_new(request.model_copy(
                 update={"rounds": rounds, "attempts": self.log}))
 
@@ -308,9 +316,9 @@ class FailoverWorkflow:
         attempt also sets the backoff. Returns the error's scope."""
         kind = failure_kind(err) or "Error"
         details = error_details(err)
-        scope = (failure_scope(err) if workflow.patched(HEARTBEAT_SCOPE_PATCH)
+        scope = (failure_scope(err) if self._patched(HEARTBEAT_SCOPE_PATCH)
                  else BlockScope(details.get("scope", BlockScope.ZONE)))
-        counted = scope == BlockScope.NONE and workflow.patched(RETRY_LIMIT_PATCH)
+        counted = scope == BlockScope.NONE and self._patched(RETRY_LIMIT_PATCH)
         retries = self.retries.of(candidate, zone) if counted else 0
         attempt = record_failure(candidate, zone, kind, str(details.get("code", "")),
                                  error_message(err), scope, retries=retries)
@@ -347,7 +355,7 @@ class FailoverWorkflow:
         cluster's record: its teardown cleans it. A cluster that was up keeps its
         stopped nodes, and so their network."""
         touched, created, self.touched, self.created = self.touched, self.created, [], []
-        if request.was_up or not touched or not workflow.patched(CLEAN_REGIONS_PATCH):
+        if request.was_up or not touched or not self._patched(CLEAN_REGIONS_PATCH):
             return
         cleaned = [
             place for place in touched

@@ -124,7 +124,7 @@ async def _provision(host: LaunchHost, request: LaunchInput) -> tuple[ClusterInf
                       name_on_cloud=request.name_on_cloud, task=task,
                       placement=request.placement, blocklist=request.blocklist,
                       retry_until_up=request.retry_until_up, was_up=request.was_up,
-                      report_to=host.report_to),
+                      report_to=host.report_to, revision=1),
         id=host.failover_id,
         # A launch that ends (terminated, timed out) asks its failover to stop: a
         # cancelled FailoverWorkflow removes the nodes of the attempt in flight.

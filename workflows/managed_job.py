@@ -105,7 +105,10 @@ class ManagedJobWorkflow(JobLaunches):
         self.cancel_requested = False
         self.cancelled_by_bulk_teardown = False
         self.pipeline: asyncio.Future[None] | None = None
-        self.published: tuple[object, ...] | None = None
+        self.published: tuple[object, ...] | None = None  # revision 0's (_publish)
+        self.published_memo: tuple[object, ...] | None = None
+        self.published_attributes: tuple[object, ...] | None = None
+        self.publish_due = False
 
     # -- queries and signals ------------------------------------------------------------
     @workflow.query(name=STATE_QUERY)
@@ -150,6 +153,7 @@ class ManagedJobWorkflow(JobLaunches):
         finally:
             if not self.continuing:
                 await shielded(self._finish())
+        self._publish_if_due()  # before the run's end: no command may follow it
         return self.state
 
     async def _run_pipeline(self) -> None:

@@ -56,6 +56,26 @@ with workflow.unsafe.imports_passed_through():
     from workflows.teardown import TeardownWorkflow
 
 
+def _search_attributes(job_id: int, status: ManagedJobStatus,
+                       cluster: tuple[str, ClusterStatus, str, str, str, int] | None
+                       ) -> list[SearchAttributeUpdate]:
+    """The job's search attributes: its id and status, and its cluster's (name, status,
+    cloud, region, resources, nodes), unset while it has none."""
+    updates: list[SearchAttributeUpdate] = [
+        SearchAttributeKey.for_keyword(SA_JOB_ID).value_set(str(job_id)),
+        SearchAttributeKey.for_keyword(SA_JOB_STATUS).value_set(status),
+    ]
+    cluster_keys = [SearchAttributeKey.for_keyword(k) for k in (
+        SA_CLUSTER, SA_CLUSTER_STATUS, SA_CLOUD, SA_REGION, SA_RESOURCES)]
+    nodes_key = SearchAttributeKey.for_int(SA_NUM_NODES)
+    if cluster is None:
+        return updates + [key.value_unset() for key in cluster_keys] + [nodes_key.value_unset()]
+    *values, nodes = cluster
+    return updates + [key.value_set(value) for key, value in zip(cluster_keys, values,
+                                                                 strict=True)
+                      ] + [nodes_key.value_set(nodes)]
+
+
 # Waits before each new try of a teardown that failed (see ``_teardown``).
 TEARDOWN_RETRY_WAITS = (timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15))
 # workflow.patched id: a cancelled job hands its cluster (and its job slot) to the bulk
@@ -73,6 +93,9 @@ class ManagedJobBase:
     cancel_requested: bool
     cancelled_by_bulk_teardown: bool
     published: tuple[object, ...] | None
+    published_memo: tuple[object, ...] | None
+    published_attributes: tuple[object, ...] | None
+    publish_due: bool
 
     async def _release_buckets(self) -> None:
         """The job is over: it no longer uses its buckets, and each one's entity deletes
@@ -146,7 +169,8 @@ class ManagedJobBase:
         bucket is mounted (TeardownWorkflow unmounts them first: a cached mount writes
         back) and with no bucket of the job's to release."""
         return (self.state.status == ManagedJobStatus.CANCELLING and not run.storage
-                and not self.state.buckets and workflow.patched(HAND_OVER_PATCH))
+                and not self.state.buckets
+                and (self.input.revision >= 1 or workflow.patched(HAND_OVER_PATCH)))
 
     async def _hand_over(self, run: TaskRun) -> None:
         """Hand the cluster, and the job slot, to the bulk teardown (``orch.bulk_teardown``),
@@ -210,6 +234,7 @@ class ManagedJobBase:
         if (info.is_continue_as_new_suggested()
                 or info.get_current_history_length() >= self.input.max_events_per_run):
             self.continuing = True
+            self._publish_if_due()
             workflow.continue_as_new(self.input.model_copy(update={"state": self.state}))
 
     def _child_id(self, kind: str, run: TaskRun) -> str:
@@ -231,31 +256,46 @@ class ManagedJobBase:
 
     def _publish(self) -> None:
         """The memo (for `orch jobs queue`) and, when enabled, the search attributes that
-        put the job's cluster in `orch status`; upserted only when they change."""
+        put the job's cluster in `orch status`; upserted only when they change.
+
+        Each upsert is a write of the job's visibility record. A job of revision 1
+        (``orch.managed_jobs.JOB_REVISION``) upserts once its workflow task's work is done
+        (a cancel sets CANCELLING, forgets the cluster and sets CANCELLED in one task: two
+        writes instead of six), and its search attributes only when one of them changes
+        (a launch step changes the memo only). The run's end and its continue-as-new
+        publish first (:meth:`_publish_if_due`): nothing may follow their command."""
+        if self.input.revision < 1:
+            self._publish_now()
+        elif not self.publish_due:
+            self.publish_due = True
+            asyncio.get_running_loop().call_soon(self._publish_if_due)
+
+    def _publish_if_due(self) -> None:
+        if self.publish_due:
+            self.publish_due = False
+            self._publish_now()
+
+    def _publish_now(self) -> None:
         state, run = self.state, self.state.current
         summary = summarize(state).model_dump(mode="json")
+        memo = tuple(sorted(summary.items()))
         cluster_status = (ClusterStatus.UP if run.cluster_up
                           else ClusterStatus.INIT if run.placement is not None else None)
-        current = (tuple(sorted(summary.items())), cluster_status, run.resources)
-        if current == self.published:
-            return
-        self.published = current
-        workflow.upsert_memo({MEMO_SUMMARY: summary})
+        cluster = None if cluster_status is None or run.placement is None else (
+            run.cluster_name, cluster_status, run.placement.cloud, run.placement.region,
+            run.resources, len(run.info.nodes) if run.info else 0)
+        attributes = (state.job_id, state.status, cluster)
+        if self.input.revision < 1:  # both upserted whenever either changed
+            current = (memo, cluster_status, run.resources)
+            if current == self.published:
+                return
+            self.published = current
+            self.published_memo = self.published_attributes = None
+        if memo != self.published_memo:
+            self.published_memo = memo
+            workflow.upsert_memo({MEMO_SUMMARY: summary})
         if not self.input.publish_search_attributes:
             return  # the time-skipping test server has no custom search attributes
-        updates: list[SearchAttributeUpdate] = [
-            SearchAttributeKey.for_keyword(SA_JOB_ID).value_set(str(state.job_id)),
-            SearchAttributeKey.for_keyword(SA_JOB_STATUS).value_set(state.status),
-        ]
-        cluster_keys = [SearchAttributeKey.for_keyword(k) for k in (
-            SA_CLUSTER, SA_CLUSTER_STATUS, SA_CLOUD, SA_REGION, SA_RESOURCES)]
-        nodes_key = SearchAttributeKey.for_int(SA_NUM_NODES)
-        if cluster_status is None or run.placement is None:
-            updates += [key.value_unset() for key in cluster_keys] + [nodes_key.value_unset()]
-        else:
-            values = [run.cluster_name, cluster_status, run.placement.cloud,
-                      run.placement.region, run.resources]
-            updates += [key.value_set(value) for key, value in zip(cluster_keys, values,
-                                                                   strict=True)]
-            updates.append(nodes_key.value_set(len(run.info.nodes) if run.info else 0))
-        workflow.upsert_search_attributes(updates)
+        if attributes != self.published_attributes:
+            self.published_attributes = attributes
+            workflow.upsert_search_attributes(_search_attributes(*attributes))

@@ -4,8 +4,8 @@ the submit of the run on the head.
 
 A round runs the launch steps (``workflows/launch_steps.py``) in the job's own workflow,
 each report applied to the job's state at once (:class:`InJobLaunch`); jobs submitted
-before that (``ManagedJobInput.launches_in_job`` false) run each round as a LaunchWorkflow
-child, which reports by signal, and still do so when they replay.
+before that (``ManagedJobInput.revision`` 0) run each round as a LaunchWorkflow child,
+which reports by signal, and still do so when they replay.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ class JobLaunches(ManagedJobBase):
         request.requested_by = self.input.requested_by
         launch_id = self._child_id("launch", run)
         try:
-            if self.input.launches_in_job:
+            if self.input.revision >= 1:  # orch.managed_jobs.JOB_REVISION
                 output = await launch_steps.launch(InJobLaunch(self, launch_id), request)
             else:
                 output = await self._launch_child(launch_id, request)

@@ -45,6 +45,7 @@ from orch.config import orch_home
 from orch.job_output import OutputReader, attempt_output
 from orch.managed_jobs import (
     ALLOCATE_UPDATE,
+    JOB_REVISION,
     MANAGED_JOB_IDS_WORKFLOW,
     MANAGED_JOB_IDS_WORKFLOW_ID,
     MEMO_SUMMARY,
@@ -143,7 +144,7 @@ class ManagedJobs:
         await self.temporal.start_workflow(
             MANAGED_JOB_WORKFLOW,
             ManagedJobInput(job_id=job_id, name=name, tasks=tasks, requested_by=user,
-                            plane_hash=plane_hash, launches_in_job=True),
+                            plane_hash=plane_hash, revision=JOB_REVISION),
             id=managed_job_workflow_id(job_id), task_queue=self.client.task_queue,
             memo={MEMO_SUMMARY: summary.model_dump(mode="json")},
             search_attributes=start_attributes(user, headline, job_id, name),

@@ -63,6 +63,7 @@ from orch.failover_rules import Candidate
 from orch.job_output import OutputReader, cluster_job_output
 from orch.managed_jobs import (
     BACKOFF_INITIAL_S,
+    JOB_REVISION,
     STATE_QUERY,
     EventKind,
     JobIdsInput,
@@ -301,7 +302,7 @@ class Harness:
             ManagedJobInput.model_validate({"job_id": job_id, "name": f"job{job_id}",
                                             "tasks": list(tasks or [TASK]),
                                             "publish_search_attributes": False,
-                                            "launches_in_job": True, **options}),
+                                            "revision": JOB_REVISION, **options}),
             id=managed_job_workflow_id(job_id), task_queue=self.task_queue,
         )
         return job_id, handle
@@ -436,9 +437,10 @@ async def workflow_type(client: Client, workflow_id: str) -> str | None:
 async def test_a_job_submitted_before_launches_ran_in_the_job_launches_through_a_child(
     harness: Harness,
 ) -> None:
-    """A job whose input predates ``launches_in_job`` (running when the worker was
-    upgraded) keeps launching through LaunchWorkflow children, as its history holds."""
-    job_id, handle = await harness.start(launches_in_job=False)
+    """A job of revision 0 (submitted before the launch steps ran in the job; running when
+    the worker was upgraded) keeps launching through LaunchWorkflow children, as its
+    history holds."""
+    job_id, handle = await harness.start(revision=0)
     cluster = f"job-{job_id}-0"
     await harness.until(handle, "RUNNING", running)
     assert await workflow_type(harness.client, f"{handle.id}/launch-0-1") == LAUNCH_WORKFLOW
@@ -870,6 +872,10 @@ async def _cancelled_in_bulk(harness: Harness, started: list[tuple[int, Workflow
         cancels = [i for i, e in enumerate(history)
                    if e.workflow_execution_signaled_event_attributes.signal_name == "cancel"]
         assert events[cancels[0]:].count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) == 1
+        # CANCELLING, the cluster left, CANCELLED: the memo written when the task yields to
+        # the teardown and at its end (three times before revision 1), no patch marker
+        assert events[cancels[0]:].count(EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED) <= 2
+        assert EventType.EVENT_TYPE_MARKER_RECORDED not in events
         assert EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED not in events
         await _left_nothing(harness, job_id)
         signals.append(len(cancels))
