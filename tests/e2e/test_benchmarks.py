@@ -40,6 +40,7 @@ def test_managed_jobs_scale_runs_on_the_simulated_cloud() -> None:
     assert figures["all_cancelled"] and figures["cancelled"] == 6
     assert figures["clusters_left"] == 0
     assert figures["events_per_job_hour"] == 0  # a running job adds nothing to its history
+    assert figures["heads_cpu_s_per_job"] > 0 and figures["machine_cpu_s_per_job"] > 0
     # Not a timing: which mechanism saw the end after the worker's SIGKILL. The restarted
     # worker's takeover does in seconds; the watch's 5-minute heartbeat timeout would not.
     assert figures["end_seen_after_crash_max_s"] < 120
