@@ -286,9 +286,10 @@ def new_state(job_id: int, name: str | None, tasks: list[Task], now: datetime,
 # changed is chosen by ``ManagedJobInput.revision``, not by a patch marker (which costs
 # each job a search-attribute upsert): 0, jobs submitted before 5 December 2026, launch
 # through a LaunchWorkflow child per round and upsert their memo and search attributes at
-# each change; 1 runs the launch steps in the job's own workflow and upserts its memo and
-# search attributes at most once per workflow task, the search attributes only when one
-# of them changes (workflows/managed_job_base.py).
+# each change; 1 runs the launch steps in the job's own workflow, upserts its memo and
+# search attributes when its code next yields rather than at each change, the search
+# attributes only when one of them changes, and records no patch marker
+# (workflows/managed_job_base.py).
 JOB_REVISION = 1
 
 

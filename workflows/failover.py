@@ -98,6 +98,9 @@ PERMIT_NOTE_PATCH = "failover-permit-note"  # "got a launch permit" rides the ne
 HEARTBEAT_SCOPE_PATCH = "failover-heartbeat-timeout-blocks-nothing"
 
 
+REVISION = 1  # FailoverInput.revision of the failovers started now
+
+
 class FailoverInput(BaseModel):
     cluster_name: str
     name_on_cloud: str = ""  # what instances are tagged with; "": cluster_name (old inputs)
@@ -114,7 +117,7 @@ class FailoverInput(BaseModel):
     # Carried across continue-as-new: rounds already over, and the attempts so far.
     rounds: int = 0
     attempts: AttemptLog = Field(default_factory=AttemptLog)
-    # 1: every patch above applies without its marker (a marker costs the run a
+    # REVISION: every patch above applies without its marker (a marker costs the run a
     # search-attribute upsert, a write of its visibility record); 0 in older inputs.
     revision: int = 0
 
@@ -143,7 +146,7 @@ class FailoverWorkflow:
         return self.log.recent
 
     def _patched(self, patch_id: str) -> bool:
-        return self.revision >= 1 or workflow.patched(patch_id)
+        return self.revision >= REVISION or workflow.patched(patch_id)
 
     @workflow.run
     async def run(self, request: FailoverInput) -> FailoverOutput:

@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from orch.records import LaunchInput, LaunchOutput, LaunchProgress, Placement
     from orch.summaries import failover_summary, on_nodes, task_details
     from workflows import storage_steps
+    from workflows.failover import REVISION as FAILOVER_REVISION
     from workflows.failover import FailoverInput, FailoverOutput, FailoverWorkflow
     from workflows.options import LONG_CALL
     from workflows.shielding import shielded
@@ -124,7 +125,7 @@ async def _provision(host: LaunchHost, request: LaunchInput) -> tuple[ClusterInf
                       name_on_cloud=request.name_on_cloud, task=task,
                       placement=request.placement, blocklist=request.blocklist,
                       retry_until_up=request.retry_until_up, was_up=request.was_up,
-                      report_to=host.report_to, revision=1),
+                      report_to=host.report_to, revision=FAILOVER_REVISION),
         id=host.failover_id,
         # A launch that ends (terminated, timed out) asks its failover to stop: a
         # cancelled FailoverWorkflow removes the nodes of the attempt in flight.

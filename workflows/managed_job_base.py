@@ -97,6 +97,12 @@ class ManagedJobBase:
     published_attributes: tuple[object, ...] | None
     publish_due: bool
 
+    @property
+    def _older_job(self) -> bool:
+        """Submitted before revision 1 (``orch.managed_jobs.JOB_REVISION``): it replays
+        LaunchWorkflow children, upserts at each change and records patch markers."""
+        return self.input.revision < 1
+
     async def _release_buckets(self) -> None:
         """The job is over: it no longer uses its buckets, and each one's entity deletes
         it when no cluster or other job does and it does not persist."""
@@ -170,7 +176,7 @@ class ManagedJobBase:
         back) and with no bucket of the job's to release."""
         return (self.state.status == ManagedJobStatus.CANCELLING and not run.storage
                 and not self.state.buckets
-                and (self.input.revision >= 1 or workflow.patched(HAND_OVER_PATCH)))
+                and (not self._older_job or workflow.patched(HAND_OVER_PATCH)))
 
     async def _hand_over(self, run: TaskRun) -> None:
         """Hand the cluster, and the job slot, to the bulk teardown (``orch.bulk_teardown``),
@@ -258,13 +264,13 @@ class ManagedJobBase:
         """The memo (for `orch jobs queue`) and, when enabled, the search attributes that
         put the job's cluster in `orch status`; upserted only when they change.
 
-        Each upsert is a write of the job's visibility record. A job of revision 1
-        (``orch.managed_jobs.JOB_REVISION``) upserts once its workflow task's work is done
-        (a cancel sets CANCELLING, forgets the cluster and sets CANCELLED in one task: two
-        writes instead of six), and its search attributes only when one of them changes
+        Each upsert is a write of the job's visibility record. A job of revision 1 upserts
+        when its code next yields rather than at each change (a cancel sets CANCELLING,
+        forgets the cluster and sets CANCELLED in one workflow task: the memo written twice
+        instead of three times), and its search attributes only when one of them changes
         (a launch step changes the memo only). The run's end and its continue-as-new
         publish first (:meth:`_publish_if_due`): nothing may follow their command."""
-        if self.input.revision < 1:
+        if self._older_job:
             self._publish_now()
         elif not self.publish_due:
             self.publish_due = True
@@ -285,7 +291,7 @@ class ManagedJobBase:
             run.cluster_name, cluster_status, run.placement.cloud, run.placement.region,
             run.resources, len(run.info.nodes) if run.info else 0)
         attributes = (state.job_id, state.status, cluster)
-        if self.input.revision < 1:  # both upserted whenever either changed
+        if self._older_job:  # both upserted whenever either changed
             current = (memo, cluster_status, run.resources)
             if current == self.published:
                 return

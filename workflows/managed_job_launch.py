@@ -124,10 +124,10 @@ class JobLaunches(ManagedJobBase):
         request.requested_by = self.input.requested_by
         launch_id = self._child_id("launch", run)
         try:
-            if self.input.revision >= 1:  # orch.managed_jobs.JOB_REVISION
-                output = await launch_steps.launch(InJobLaunch(self, launch_id), request)
-            else:
+            if self._older_job:
                 output = await self._launch_child(launch_id, request)
+            else:
+                output = await launch_steps.launch(InJobLaunch(self, launch_id), request)
         except (ActivityError, ChildWorkflowError) as err:
             if is_cancelled_exception(err):
                 raise
